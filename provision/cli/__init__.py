@@ -1,0 +1,56 @@
+"""The ``provision`` command line: one module per verb (see STYLE.md 13).
+
+Each verb module exposes ``register(app: typer.Typer) -> None``. Options can also be given as
+``PROVISION_<OPTION>`` environment variables where a verb declares ``envvar=``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from provision.errors import ProvisionError
+
+# Verb modules, in the order ``provision --help`` lists them.
+VERBS = ("validate", "plan", "apply", "sim", "version")
+
+app = typer.Typer(
+    name="provision",
+    help="Turn Kunpeng + Ascend 910B servers into healthy vLLM-Ascend endpoints, and keep them healthy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+
+@app.callback()
+def _root() -> None:
+    """Turn Kunpeng + Ascend 910B servers into healthy vLLM-Ascend endpoints, and keep them healthy."""
+
+
+for _verb in VERBS:
+    try:
+        _module = importlib.import_module(f"provision.cli.{_verb}")
+    except ModuleNotFoundError as exc:  # a verb whose module is not written yet
+        if exc.name != f"provision.cli.{_verb}":
+            raise
+        continue
+    _module.register(app)
+
+
+def main() -> None:
+    """Console-script entry point: typed errors become a message and an exit code, never a traceback."""
+    from provision.cli.console import Console
+
+    try:
+        app()
+    except ProvisionError as exc:
+        Console.for_stream(sys.stderr).error(str(exc))
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        Console.for_stream(sys.stderr).error("interrupted")
+        raise SystemExit(130) from None
