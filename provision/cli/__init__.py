@@ -26,7 +26,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Turn Kunpeng + Ascend 910B servers into healthy vLLM-Ascend endpoints, and keep them healthy."""

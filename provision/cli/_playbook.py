@@ -1,0 +1,94 @@
+"""What apply and plan share: validate first, run a playbook with live progress, report, exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from provision.cli.console import Console
+from provision.inventory.validate import check
+from provision.runner.progress import LineProgress, LiveProgress, recap_table
+from provision.runner.run import RunResult, run_playbook
+
+InventoryArg = typer.Argument(..., help="Ansible inventory (INI or YAML) with group_vars/host_vars.")
+LimitOpt = typer.Option(None, "--limit", "-l", help="Only these hosts/groups (Ansible pattern).")
+TagsOpt = typer.Option(None, "--tags", "-t", help="Only tasks with these tags (comma list).")
+SkipTagsOpt = typer.Option(None, "--skip-tags", help="Skip tasks with these tags.")
+ExtraVarsOpt = typer.Option(
+    [], "--extra-vars", "-e", help="Extra variables: key=value, JSON, or @file (repeatable)."
+)
+ForksOpt = typer.Option(None, "--forks", "-f", envvar="PROVISION_FORKS", help="Parallel hosts.")
+JsonOpt = typer.Option(
+    False, "--json", help="Print a machine-readable summary on stdout; progress to stderr."
+)
+VerboseOpt = typer.Option(0, "--verbose", "-v", count=True, help="Ansible verbosity (-v ... -vvvv).")
+
+
+def run_and_report(
+    playbook: str,
+    inventory: Path,
+    *,
+    verb: str,
+    limit: str | None,
+    tags: str | None,
+    skip_tags: str | None,
+    extra_vars: list[str],
+    check_mode: bool,
+    diff: bool,
+    forks: int | None,
+    as_json: bool,
+    verbosity: int = 0,
+) -> RunResult:
+    """Validate (exit 2 on bad input, no host touched), run, show progress and recap; exit on failure."""
+    check(inventory)
+    out = Console.for_stream(sys.stderr if as_json else sys.stdout)
+    if not as_json:
+        out.status(
+            f"{verb}: {playbook} on {inventory}{' (check mode: nothing is changed)' if check_mode else ''}"
+        )
+    display: LiveProgress | LineProgress = (
+        LiveProgress(out.rich) if out.interactive else LineProgress(out.stream)
+    )
+    with display:
+        result = run_playbook(
+            playbook,
+            inventory,
+            verb=verb,
+            limit=limit,
+            tags=tags,
+            skip_tags=skip_tags,
+            extra_vars=extra_vars,
+            check=check_mode,
+            diff=diff,
+            forks=forks,
+            verbosity=verbosity,
+            observer=display,
+        )
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        report(result, out)
+    return result
+
+
+def report(result: RunResult, out: Console) -> None:
+    if result.hosts:
+        out.rich.print(recap_table(result))
+    for failure in result.failures:
+        what = "UNREACHABLE" if failure.unreachable else "FAILED"
+        out.line(f"{what} {failure.host}: {failure.task}")
+        for line in failure.message.splitlines():
+            out.line(f"    {line}")
+    verdict = "ok" if result.ok else "failed"
+    failed_hosts = sorted(h for h, s in result.hosts.items() if not s.healthy)
+    if failed_hosts:
+        verdict += f" ({len(failed_hosts)} host(s): {', '.join(failed_hosts)})"
+    out.line(f"{verdict}; run directory: {result.run_dir}")
+
+
+def finish(result: RunResult) -> None:
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)

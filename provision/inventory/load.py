@@ -1,0 +1,167 @@
+"""Load an inventory exactly as Ansible does (its own InventoryManager + VariableManager).
+
+INI and YAML inventories, ``group_vars/`` and ``host_vars/`` beside the inventory, inline ``[group:vars]``:
+whatever ``ansible-playbook -i`` would see, we see. Every value keeps its origin (file and line), which
+ansible-core >= 2.19 records as a data tag; validation errors use it to name the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.errors import InputError
+
+# Same settings as the shipped ansible.cfg, so a broken source is an error, not a warning.
+os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
+os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", "host_list,ini,yaml,auto")
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a value was written: file and line (line 0 when unknown)."""
+
+    path: str
+    line: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
+@dataclass(slots=True)
+class Inventory:
+    """The hosts and groups of one inventory source with each host's variables (unmerged with roles)."""
+
+    source: Path
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=dict)
+
+    def group_hosts(self, group: str) -> list[str]:
+        return self.groups.get(group, [])
+
+
+def origin_of(value: object) -> Origin | None:
+    """The file/line Ansible recorded for ``value``, if it has one (ansible-core data tags)."""
+    try:
+        from ansible.module_utils._internal._datatag import AnsibleTagHelper
+    except ImportError:  # pragma: no cover - ansible-core < 2.19 has no data tags
+        return None
+    for tag in AnsibleTagHelper.tags(value):
+        if type(tag).__name__ == "Origin":
+            path = getattr(tag, "path", None)
+            if path:
+                return Origin(str(path), int(getattr(tag, "line_num", 0) or 0))
+    return None
+
+
+@contextlib.contextmanager
+def _captured_parse_failures() -> Iterator[list[str]]:
+    """Ansible reports *why* a source failed only as a warning; capture it for our error message."""
+    from ansible.inventory import manager
+
+    captured: list[str] = []
+    display = manager.display
+    original = display.error_as_warning
+
+    def capture(msg: str | None, exception: BaseException, *args: Any, **kwargs: Any) -> None:
+        causes: list[str] = []
+        exc: BaseException | None = exception
+        while exc is not None:
+            text = str(exc).split("\nOrigin:")[0].strip()
+            if text and not any(text in seen for seen in causes):
+                causes.append(text)
+            exc = exc.__cause__
+        captured.append("; ".join(causes) or str(msg))
+
+    display.error_as_warning = capture
+    try:
+        yield captured
+    finally:
+        display.error_as_warning = original
+
+
+def load_inventory(path: str | os.PathLike[str]) -> Inventory:
+    """Read an inventory file (or directory) with Ansible's loader; raise InputError naming the file."""
+    source = Path(path)
+    if not source.exists():
+        raise InputError(f"{source}: inventory not found")
+    if source.is_file() and not os.access(source, os.R_OK):
+        raise InputError(f"{source}: inventory not readable")
+
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    with _captured_parse_failures() as failures:
+        try:
+            manager = InventoryManager(loader=loader, sources=[str(source.resolve())])
+        except AnsibleError as exc:
+            detail = "; ".join(dict.fromkeys(failures)) or str(exc).split("\n")[0]
+            raise InputError(f"{source}: not a valid Ansible inventory: {detail}") from None
+    variables = VariableManager(loader=loader, inventory=manager)
+
+    inventory = Inventory(source=source)
+    for host in manager.get_hosts(ignore_limits=True, ignore_restrictions=True):
+        try:
+            host_vars = variables.get_vars(host=host, include_hostvars=False)
+        except AnsibleError as exc:  # e.g. a broken group_vars YAML file
+            where = _broken_vars_file(source) or _describe(exc)
+            raise InputError(f"{source}: variables of host {host.name} cannot be read: {where}") from None
+        inventory.hosts[host.name] = _own_vars(host_vars)
+    for name, group in manager.groups.items():
+        inventory.groups[name] = sorted(h.name for h in group.get_hosts())
+    return inventory
+
+
+def _describe(exc: BaseException) -> str:
+    """First line of an Ansible error plus the file it names (ansible-core prints ``Origin: path:line``)."""
+    text = str(exc)
+    first = text.split("\n")[0]
+    for line in text.splitlines():
+        if line.startswith("Origin: "):
+            return f"{line.removeprefix('Origin: ').strip()}: {first}"
+    return first
+
+
+def _broken_vars_file(source: Path) -> str | None:
+    """Ansible does not say which group_vars/host_vars file failed to parse; find it and its line."""
+    import yaml
+
+    folder = source.parent if source.is_file() else source
+    for kind in ("group_vars", "host_vars"):
+        for path in sorted((folder / kind).rglob("*")):
+            if not path.is_file() or path.suffix not in ("", ".yml", ".yaml", ".json"):
+                continue
+            try:
+                yaml.safe_load(path.read_text(encoding="utf-8"))
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                line = f":{mark.line + 1}" if mark is not None else ""
+                problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                return f"{path}{line}: invalid YAML: {problem}"
+    return None
+
+
+_MAGIC = {
+    "inventory_file",
+    "inventory_dir",
+    "inventory_hostname",
+    "inventory_hostname_short",
+    "groups",
+    "group_names",
+    "playbook_dir",
+    "ansible_config_file",
+    "ansible_facts",
+    "ansible_version",
+}
+
+
+def _own_vars(host_vars: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop Ansible's magic variables; keep what the inventory set (values keep their origin tags)."""
+    return {k: v for k, v in host_vars.items() if k not in _MAGIC and not k.startswith("ansible_play")}

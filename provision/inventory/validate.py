@@ -1,0 +1,448 @@
+"""Validate an inventory before any host is contacted: every problem at once, each with file, scope, field.
+
+``validate(inventory)`` returns a list of :class:`Issue`; ``check(path)`` loads and raises
+:class:`InvalidInventory` (exit code 2) when there are any.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from provision.ascend import lock
+from provision.errors import InputError
+from provision.inventory.load import Inventory, Origin, load_inventory, origin_of
+from provision.inventory.schema import (
+    ENV_NAME,
+    GROUP_NAME,
+    HOST_GROUP,
+    LOCKED_VERSIONS,
+    OWNED_PREFIXES,
+    HostSettings,
+    ServingProfile,
+)
+from provision.paths import ansible_root
+
+Path_ = tuple[str | int, ...]
+AddFn = Callable[[Path_, Any, str], None]
+
+
+@dataclass(slots=True)
+class Issue:
+    """One problem in the inventory: where it was written, for whom, which field, what is wrong."""
+
+    origin: Origin | None
+    scopes: list[str]
+    field: str
+    value: Any
+    message: str
+
+    def render(self, base: Path | None = None) -> str:
+        where = "-"
+        if self.origin is not None:
+            where = str(self.origin)
+            if base is not None:
+                with contextlib.suppress(ValueError):
+                    where = str(Origin(str(Path(self.origin.path).relative_to(base)), self.origin.line))
+        scope = _join_scopes(self.scopes)
+        shown = "" if self.value is _MISSING else f" = {_show(self.value)}"
+        return f"{where}: {scope}: {self.field}{shown}: {self.message}"
+
+
+class InvalidInventory(InputError):
+    """The inventory has problems; ``issues`` lists them all."""
+
+    def __init__(self, source: Path, issues: Sequence[Issue]) -> None:
+        self.source = source
+        self.issues = list(issues)
+        base = source.parent if source.is_file() else source
+        lines = [f"{source}: {len(self.issues)} problem(s) in the inventory; no host was contacted"]
+        lines += [f"  {issue.render(base.resolve())}" for issue in self.issues]
+        super().__init__("\n".join(lines))
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+
+def check(path: str | Path) -> Inventory:
+    """Load and validate; return the inventory or raise InvalidInventory (an InputError)."""
+    inventory = load_inventory(path)
+    issues = validate(inventory)
+    if issues:
+        raise InvalidInventory(Path(path), issues)
+    return inventory
+
+
+def validate(inventory: Inventory) -> list[Issue]:
+    report = _Report()
+    _check_groups(inventory, report)
+    for host, variables in inventory.hosts.items():
+        _check_host(host, variables, report)
+    return report.issues()
+
+
+# --- collecting -----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Report:
+    """Issues keyed by (origin, field, message) so a group variable wrong for 40 hosts is reported once."""
+
+    _by_key: dict[tuple[Any, ...], Issue] = field(default_factory=dict)
+
+    def add(self, scope: str, field_path: str, value: Any, message: str, origin: Origin | None) -> None:
+        key = (origin, field_path, message) if origin else (scope, field_path, message)
+        existing = self._by_key.get(key)
+        if existing is None:
+            self._by_key[key] = Issue(origin, [scope], field_path, value, message)
+        elif scope not in existing.scopes:
+            existing.scopes.append(scope)
+
+    def issues(self) -> list[Issue]:
+        return sorted(
+            self._by_key.values(),
+            key=lambda i: (i.origin.path if i.origin else "", i.origin.line if i.origin else 0, i.field),
+        )
+
+
+def _join_scopes(scopes: list[str]) -> str:
+    hosts = [s.removeprefix("host ") for s in scopes if s.startswith("host ")]
+    others = [s for s in scopes if not s.startswith("host ")]
+    parts = list(others)
+    if len(hosts) == 1:
+        parts.append(f"host {hosts[0]}")
+    elif len(hosts) > 4:
+        parts.append(f"hosts {', '.join(hosts[:3])} and {len(hosts) - 3} more")
+    elif hosts:
+        parts.append(f"hosts {', '.join(hosts)}")
+    return "; ".join(parts)
+
+
+def _scope_for(host: str, origin: Origin | None) -> str:
+    """Name the group or host a value was written for, from where it was written."""
+    if origin is not None:
+        parts = Path(origin.path).parts
+        for kind in ("group_vars", "host_vars"):
+            if kind in parts:
+                index = parts.index(kind)
+                if index + 1 < len(parts):
+                    name = parts[index + 1].split(".")[0]
+                    return f"{'group' if kind == 'group_vars' else 'host'} {name}"
+    return f"host {host}"
+
+
+def _show(value: Any) -> str:
+    text = repr(_plain(value))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(value: Any) -> Any:
+    """Strip Ansible's tagged types for display."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
+def _walk(root: Any, path: Path_) -> Any:
+    """The raw value at ``path`` (or _MISSING), to find its origin."""
+    node = root
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return node
+
+
+def _origin_at(root: Mapping[str, Any], path: Path_) -> Origin | None:
+    """Origin of the value at ``path``, else of its nearest parent that has one."""
+    for depth in range(len(path), 0, -1):
+        value = _walk(root, path[:depth])
+        if value is not _MISSING:
+            found = origin_of(value)
+            if found is not None:
+                return found
+    return None
+
+
+def _dotted(path: Path_) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+# --- groups ---------------------------------------------------------------------------------------------
+
+
+def _check_groups(inventory: Inventory, report: _Report) -> None:
+    source = Origin(str(inventory.source.resolve()))
+    for name in inventory.groups:
+        if not GROUP_NAME.match(name):
+            report.add(
+                f"group {name}",
+                "group name",
+                name,
+                "invalid group name; allowed: letters, digits and '_', not starting with a digit",
+                source,
+            )
+    if not inventory.group_hosts(HOST_GROUP):
+        report.add(
+            "inventory",
+            f"group {HOST_GROUP}",
+            _MISSING,
+            f"missing or empty; put every NPU server in a [{HOST_GROUP}] group",
+            source,
+        )
+
+
+# --- hosts ----------------------------------------------------------------------------------------------
+
+
+@cache
+def _role_defaults() -> dict[str, set[str]]:
+    """Role name -> the variables its defaults/main.yml declares (the names users may set)."""
+    out: dict[str, set[str]] = {}
+    roles = ansible_root() / "roles"
+    for defaults in sorted(roles.glob("*/defaults/main.yml")):
+        data = yaml.safe_load(defaults.read_text(encoding="utf-8")) or {}
+        out[defaults.parent.parent.name] = set(data)
+    return out
+
+
+@cache
+def _known_variables() -> tuple[tuple[str, ...], frozenset[str]]:
+    roles = _role_defaults()
+    prefixes = tuple(sorted({*OWNED_PREFIXES, *(f"{role}_" for role in roles)}))
+    known = set(HostSettings.model_fields)
+    for names in roles.values():
+        known |= names
+    return prefixes, frozenset(known)
+
+
+def _templated(value: Any) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def _check_host(host: str, variables: Mapping[str, Any], report: _Report) -> None:
+    prefixes, known = _known_variables()
+    owned: dict[str, Any] = {}
+    for name, value in variables.items():
+        if name.startswith("ansible_"):
+            continue
+        ours = name.startswith(prefixes)
+        # A name close to one of ours but outside our prefixes is most likely a typo (npu_pool_list).
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6 if ours else 0.9)
+        if not ours and not close:
+            continue
+        if name not in known:
+            origin = origin_of(value)
+            hint = f"did you mean {close[0]!r}?" if close else "not a variable provision knows"
+            report.add(_scope_for(host, origin), name, value, f"unknown variable; {hint}", origin)
+            continue
+        if not _templated(value):  # values computed at run time are checked by the roles
+            owned[name] = value
+
+    def add(path: Path_, value: Any, message: str) -> None:
+        origin = _origin_at(owned, path)
+        report.add(_scope_for(host, origin), _dotted(path), value, message, origin)
+
+    settings = _typed_settings(owned, add)
+    _check_pools(settings, add)
+    _check_profiles(settings, add)
+    _check_versions(settings, owned, add)
+
+
+def _typed_settings(owned: Mapping[str, Any], add: AddFn) -> HostSettings:
+    """Type-check field by field (pools and profiles item by item), so one bad value hides no other.
+
+    Whatever fails is reported and left out; the cross-field checks then run on what is left.
+    """
+    good: dict[str, Any] = {}
+    for name in HostSettings.model_fields:
+        if name not in owned:
+            continue
+        value = owned[name]
+        if name == "npu_pools_list" and isinstance(value, list):
+            good[name] = [item for i, item in enumerate(value) if _typed_ok({name: [item]}, add, {name: i})]
+        elif name == "vllm_serve_profiles" and isinstance(value, Mapping):
+            good[name] = {k: v for k, v in value.items() if _typed_ok({name: {k: v}}, add, {})}
+        elif _typed_ok({name: value}, add, {}):
+            good[name] = value
+    return HostSettings.model_validate(good)
+
+
+def _typed_ok(candidate: Mapping[str, Any], add: AddFn, reindex: Mapping[str, int]) -> bool:
+    try:
+        HostSettings.model_validate(candidate)
+    except ValidationError as exc:
+        for error in exc.errors():
+            loc = list(error["loc"])
+            if loc and loc[0] in reindex and len(loc) > 1:
+                loc[1] = reindex[str(loc[0])]  # the item's index in the user's list, not in our 1-item copy
+            path = tuple(loc)
+            value = _walk(candidate, tuple(error["loc"]))
+            add(path, value, _message(error))
+        return False
+    return True
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    """Pydantic's message, phrased as what is allowed."""
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error":
+        return f"allowed: {ctx.get('expected')}"
+    if kind == "string_type":
+        return "must be a string (quote it in YAML, e.g. '9.1.0')"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return "must be a whole number"
+    if kind in ("bool_type", "bool_parsing"):
+        return "must be true or false"
+    if kind in ("list_type", "dict_type"):
+        return f"must be a {'list' if kind == 'list_type' else 'mapping'}"
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    return str(error["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
+
+
+def _check_pools(settings: HostSettings, add: AddFn) -> None:
+    count = settings.ascend_npu_count
+    owner: dict[int, str] = {}
+    ports: dict[int, str] = {}
+    names: set[str] = set()
+    for i, pool in enumerate(settings.npu_pools_list):
+        base: Path_ = ("npu_pools_list", i)
+        if pool.name in names:
+            add((*base, "name"), pool.name, "pool names must be unique on a host")
+        names.add(pool.name)
+        for j, device in enumerate(pool.devices):
+            if device >= count:
+                add(
+                    (*base, "devices", j),
+                    device,
+                    f"no such NPU: the node has {count} (ids 0-{count - 1}; set ascend_npu_count if wrong)",
+                )
+            elif device in owner:
+                add(
+                    (*base, "devices", j),
+                    device,
+                    f"NPU {device} is already in pool {owner[device]!r}; an NPU belongs to at most one pool",
+                )
+            else:
+                owner[device] = pool.name
+        if pool.port in ports:
+            add((*base, "port"), pool.port, f"port already used by pool {ports[pool.port]!r} on this host")
+        ports.setdefault(pool.port, pool.name)
+
+
+def _check_profiles(settings: HostSettings, add: AddFn) -> None:
+    profiles = {**_shipped_profiles(), **settings.vllm_serve_profiles}
+    for name, profile in settings.vllm_serve_profiles.items():
+        base: Path_ = ("vllm_serve_profiles", name)
+        if profile.quantization == "ascend" and profile.weights_quantization is None:
+            add(
+                (*base, "quantization"),
+                profile.quantization,
+                "quantization 'ascend' needs msModelSlim-quantized weights: set weights_quantization "
+                "(w8a8, w4a8, w4a4, w8a8-dynamic)",
+            )
+        for key in profile.env:
+            if not ENV_NAME.match(key):
+                add((*base, "env", key), key, "environment names are upper case letters, digits and '_'")
+    for i, pool in enumerate(settings.npu_pools_list):
+        if pool.profile is None:
+            continue
+        path: Path_ = ("npu_pools_list", i, "profile")
+        if pool.profile not in profiles:
+            allowed = ", ".join(sorted(profiles)) or "none defined"
+            add(path, pool.profile, f"unknown serving profile; defined: {allowed}")
+            continue
+        profile = profiles[pool.profile]
+        needed = profile.tensor_parallel_size * profile.data_parallel_size * profile.pipeline_parallel_size
+        have = len(pool.devices) * profile.nodes
+        if needed != have:
+            add(
+                path,
+                pool.profile,
+                f"profile needs TP x DP x PP = {profile.tensor_parallel_size} x "
+                f"{profile.data_parallel_size} x {profile.pipeline_parallel_size} = {needed} NPUs, "
+                f"the pool gives {len(pool.devices)} x {profile.nodes} node(s) = {have}",
+            )
+
+
+@cache
+def _shipped_profiles_raw() -> dict[str, Any]:
+    from provision.paths import data_dir
+
+    folder = data_dir() / "profiles"
+    out: dict[str, Any] = {}
+    for file in sorted(folder.glob("*.yml")) if folder.is_dir() else []:
+        out[file.stem] = yaml.safe_load(file.read_text(encoding="utf-8"))
+    return out
+
+
+def _shipped_profiles() -> dict[str, ServingProfile]:
+    return {name: ServingProfile.model_validate(raw) for name, raw in _shipped_profiles_raw().items()}
+
+
+def _check_versions(settings: HostSettings, owned: Mapping[str, Any], add: AddFn) -> None:
+    names = lock.stack_names()
+    stack_name = settings.provision_stack or str(lock.load_lock()["default"])
+    if stack_name not in names:
+        add(("provision_stack",), stack_name, f"not in the version lock; known: {', '.join(names)}")
+        return
+    if settings.provision_allow_unlocked_versions:
+        return
+    pinned = lock.stack(stack_name)
+    for variable, key in LOCKED_VERSIONS.items():
+        value = getattr(settings, variable)
+        if value is not None and str(value) != str(pinned[key]):
+            add(
+                (variable,),
+                value,
+                f"stack {stack_name} pins {key} {pinned[key]}; change provision_stack, or set "
+                "provision_allow_unlocked_versions: true to run an untested combination",
+            )
+
+
+def host_issues(host: str, variables: Mapping[str, Any]) -> list[str]:
+    """The problems of one host's variables as plain messages (for the preflight role's filter)."""
+    report = _Report()
+    _check_host(host, variables, report)
+    return [
+        f"{i.field}: {i.message}" if i.value is _MISSING else f"{i.field} = {_show(i.value)}: {i.message}"
+        for i in report.issues()
+    ]
+
+
+def owned_variable_names(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` that provision owns (by prefix)."""
+    prefixes, _ = _known_variables()
+    return [n for n in names if n.startswith(prefixes) and not n.startswith("ansible_")]
+
+
+def format_issues(issues: Iterable[Issue], base: Path | None = None) -> list[str]:
+    return [issue.render(base) for issue in issues]

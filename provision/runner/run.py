@@ -1,0 +1,301 @@
+"""The only code that talks to Ansible at run time: ansible-runner, its events, and the run directory.
+
+``run_playbook()`` runs one playbook with our ansible.cfg (pipelining, ControlPersist), feeds each event to
+an observer (the live display) and returns a :class:`RunResult` built from the events: per-host counts,
+failures with their messages, and the changes (with diffs) that plan shows.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from provision import paths
+
+Event = Mapping[str, Any]
+Observer = Callable[[Event], None]
+
+# ansible-playbook exit codes that mean "bad input", not "a host failed".
+_BAD_INPUT_RC = {4, 5}
+
+
+@dataclass(slots=True)
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+    @property
+    def healthy(self) -> bool:
+        return self.failed == 0 and self.unreachable == 0
+
+
+@dataclass(slots=True)
+class Failure:
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+
+@dataclass(slots=True)
+class Change:
+    host: str
+    task: str
+    action: str
+    diff: str = ""
+
+
+@dataclass(slots=True)
+class RunResult:
+    playbook: str
+    rc: int
+    status: str
+    run_dir: Path
+    seconds: float
+    check: bool
+    hosts: dict[str, HostStats] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and all(s.healthy for s in self.hosts.values())
+
+    @property
+    def exit_code(self) -> int:
+        """0 ok, 1 a host failed, 2 bad input (ansible-playbook's syntax/option errors)."""
+        if self.ok:
+            return 0
+        return 2 if self.rc in _BAD_INPUT_RC else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "playbook": self.playbook,
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "ansible_rc": self.rc,
+            "status": self.status,
+            "check": self.check,
+            "run_dir": str(self.run_dir),
+            "seconds": round(self.seconds, 2),
+            "hosts": {h: asdict(s) for h, s in sorted(self.hosts.items())},
+            "failures": [asdict(f) for f in self.failures],
+            "changes": [asdict(c) for c in self.changes],
+        }
+
+
+def runs_root() -> Path:
+    """Where run directories go: ``$PROVISION_RUNS_DIR`` or ``$XDG_STATE_HOME/provision/runs``."""
+    configured = os.environ.get("PROVISION_RUNS_DIR")
+    if configured:
+        return Path(configured)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "provision" / "runs"
+
+
+def new_run_dir(verb: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    run_dir = runs_root() / f"{stamp}-{verb}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
+
+
+def _ansible_playbook_binary() -> str:
+    """The ansible-playbook next to this Python (a venv need not be activated), else the one on PATH."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    return str(beside) if beside.exists() else "ansible-playbook"
+
+
+def run_playbook(
+    playbook: str,
+    inventory: Path,
+    *,
+    verb: str = "apply",
+    limit: str | None = None,
+    tags: str | None = None,
+    skip_tags: str | None = None,
+    extra_vars: Sequence[str] = (),
+    check: bool = False,
+    diff: bool = False,
+    forks: int | None = None,
+    verbosity: int = 0,
+    observer: Observer | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RunResult:
+    """Run ``playbooks/<playbook>`` against ``inventory`` through ansible-runner."""
+    import ansible_runner
+
+    run_dir = new_run_dir(verb)
+    collector = _Collector(observer)
+    cmdline: list[str] = []
+    for value in extra_vars:
+        cmdline += ["-e", value]
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    if skip_tags:
+        cmdline += ["--skip-tags", skip_tags]
+    envvars = {
+        "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    started = time.monotonic()
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(run_dir),
+        "playbook": str(paths.playbook(playbook)),
+        "inventory": str(inventory.resolve()),
+        "envvars": envvars,
+        "event_handler": collector.handle,
+        "quiet": True,
+        "binary": _ansible_playbook_binary(),
+        "verbosity": verbosity or None,
+    }
+    if limit:
+        kwargs["limit"] = limit
+    if tags:
+        kwargs["tags"] = tags
+    if forks:
+        kwargs["forks"] = forks
+    if cmdline:
+        kwargs["cmdline"] = shlex.join(cmdline)
+    runner = ansible_runner.run(**kwargs)
+    seconds = time.monotonic() - started
+    rc = int(runner.rc if runner.rc is not None else 1)
+    result = RunResult(
+        playbook=playbook,
+        rc=rc,
+        status=str(runner.status),
+        run_dir=run_dir,
+        seconds=seconds,
+        check=check,
+        hosts=collector.hosts,
+        failures=collector.failures,
+        changes=collector.changes,
+    )
+    if rc != 0 and not result.failures and not result.hosts:
+        # ansible-playbook stopped before any host (syntax error, bad option): keep its words.
+        stdout = (run_dir / "artifacts").glob("*/stdout")
+        text = "\n".join(p.read_text(errors="replace") for p in stdout).strip()
+        result.failures.append(Failure("-", "ansible-playbook", _last_lines(text, 15) or runner.status))
+    return result
+
+
+def _last_lines(text: str, count: int) -> str:
+    return "\n".join(text.splitlines()[-count:])
+
+
+class _Collector:
+    """Turns runner events into counts, failures and changes; forwards each event to the observer."""
+
+    def __init__(self, observer: Observer | None) -> None:
+        self.observer = observer
+        self.hosts: dict[str, HostStats] = {}
+        self.failures: list[Failure] = []
+        self.changes: list[Change] = []
+
+    def handle(self, event: Event) -> bool:
+        kind = event.get("event", "")
+        data: Mapping[str, Any] = event.get("event_data") or {}
+        host = data.get("host")
+        if host:
+            self.hosts.setdefault(host, HostStats())
+        res: Mapping[str, Any] = data.get("res") or {}
+        task = _task_name(data)
+        if kind == "runner_on_ok" and host and res.get("changed"):
+            self.changes.append(Change(host, task, str(data.get("task_action", "")), render_diff(res)))
+        elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
+            self.failures.append(Failure(host, task, failure_message(res)))
+        elif kind == "runner_on_unreachable" and host:
+            self.failures.append(Failure(host, task, failure_message(res), unreachable=True))
+        elif kind == "playbook_on_stats":
+            self._stats(data)
+        if self.observer is not None:
+            self.observer(event)
+        return True
+
+    def _stats(self, data: Mapping[str, Any]) -> None:
+        fields = {
+            "ok": "ok",
+            "changed": "changed",
+            "failures": "failed",
+            "dark": "unreachable",
+            "skipped": "skipped",
+            "rescued": "rescued",
+            "ignored": "ignored",
+        }
+        for key, attr in fields.items():
+            for host, count in (data.get(key) or {}).items():
+                setattr(self.hosts.setdefault(host, HostStats()), attr, int(count))
+        for host in data.get("processed") or {}:
+            self.hosts.setdefault(host, HostStats())
+
+
+def _task_name(data: Mapping[str, Any]) -> str:
+    task = str(data.get("task") or data.get("name") or "")
+    role = data.get("role")
+    return f"{role} : {task}" if role and not task.startswith(f"{role} :") else task
+
+
+def failure_message(res: Mapping[str, Any]) -> str:
+    """The most useful words of a failed result: msg, then stderr/stdout tails."""
+    parts: list[str] = []
+    msg = res.get("msg")
+    if msg:
+        parts.append(str(msg).strip())
+    for key in ("stderr", "stdout"):
+        text = str(res.get(key) or "").strip()
+        if text and text not in parts:
+            parts.append(_last_lines(text, 8))
+            break
+    return "\n".join(parts) or "failed (no message)"
+
+
+def render_diff(res: Mapping[str, Any]) -> str:
+    """A unified diff from a module's ``diff`` result (one dict or a list of them)."""
+    diffs = res.get("diff")
+    if not diffs:
+        return ""
+    if isinstance(diffs, Mapping):
+        diffs = [diffs]
+    out: list[str] = []
+    for item in diffs:
+        if not isinstance(item, Mapping):
+            continue
+        if "prepared" in item:
+            out.append(str(item["prepared"]).rstrip())
+            continue
+        before, after = item.get("before", ""), item.get("after", "")
+        if isinstance(before, Mapping) or isinstance(after, Mapping):
+            before, after = _yamlish(before), _yamlish(after)
+        lines = difflib.unified_diff(
+            str(before).splitlines(),
+            str(after).splitlines(),
+            fromfile=str(item.get("before_header", "before")),
+            tofile=str(item.get("after_header", "after")),
+            lineterm="",
+        )
+        out.append("\n".join(lines))
+    return "\n".join(line for line in out if line)
+
+
+def _yamlish(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "\n".join(f"{k}: {v}" for k, v in value.items())
+    return str(value)
