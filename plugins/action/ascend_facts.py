@@ -27,8 +27,8 @@ class ActionModule(ActionBase):
         paths = self._task.args.get("disk_paths") or ["/"]
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise AnsibleActionFail("disk_paths must be a list of paths")
-        command = PROBE_SCRIPT + " " + " ".join(shlex.quote(p) for p in paths)
-        probe = self._low_level_execute_command(f"sh -c {shlex.quote(command)} probe", sudoable=True)
+        command = shlex.join(["sh", "-c", PROBE_SCRIPT, "ascend-probe", *paths])
+        probe = self._low_level_execute_command(command, sudoable=True)
         if probe.get("rc", 1) != 0:
             raise AnsibleActionFail(
                 f"NPU probe failed (rc={probe.get('rc')}): {probe.get('stderr') or probe.get('stdout')}"

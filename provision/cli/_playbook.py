@@ -76,7 +76,7 @@ def run_and_report(
 
 def report(result: RunResult, out: Console) -> None:
     if result.hosts:
-        out.rich.print(recap_table(result))
+        out.rich.print(recap_table(result, ascii_only=not out.interactive))
     for failure in result.failures:
         what = "UNREACHABLE" if failure.unreachable else "FAILED"
         out.line(f"{what} {failure.host}: {failure.task}")

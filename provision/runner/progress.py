@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from rich import box
 from rich.console import Console as RichConsole
 from rich.live import Live
 from rich.table import Table
@@ -144,9 +145,9 @@ class LiveProgress:
         return table
 
 
-def recap_table(result: RunResult) -> Table:
+def recap_table(result: RunResult, *, ascii_only: bool = False) -> Table:
     title = f"{'PLAN' if result.check else 'RECAP'} {result.playbook}  ({result.seconds:.1f} s)"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", box=box.ASCII if ascii_only else box.HEAVY_HEAD)
     for column in ("host", "ok", "changed", "failed", "unreachable", "skipped", "result"):
         table.add_column(column, justify="left" if column in ("host", "result") else "right")
     for host, stats in sorted(result.hosts.items()):

@@ -79,7 +79,8 @@ class RunResult:
         """0 ok, 1 a host failed, 2 bad input (ansible-playbook's syntax/option errors)."""
         if self.ok:
             return 0
-        return 2 if self.rc in _BAD_INPUT_RC else 1
+        # rc 4 is also "unreachable host"; it means bad input only when no host was reached at all.
+        return 2 if self.rc in _BAD_INPUT_RC and not self.hosts else 1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,10 +114,10 @@ def new_run_dir(verb: str) -> Path:
     return run_dir
 
 
-def _ansible_playbook_binary() -> str:
-    """The ansible-playbook next to this Python (a venv need not be activated), else the one on PATH."""
-    beside = Path(sys.executable).parent / "ansible-playbook"
-    return str(beside) if beside.exists() else "ansible-playbook"
+def _search_path() -> str:
+    """PATH with this Python's bin folder first, so the ansible-playbook of our venv runs (unactivated)."""
+    here = str(Path(sys.executable).parent)
+    return os.pathsep.join([here, os.environ.get("PATH", "")])
 
 
 def run_playbook(
@@ -154,6 +155,9 @@ def run_playbook(
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
         "PYTHONUNBUFFERED": "1",
+        "PATH": _search_path(),
+        # ansible-runner turns host key checking off unless told; we keep Ansible's (and our cfg's) default.
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
         **(env or {}),
     }
     started = time.monotonic()
@@ -164,7 +168,6 @@ def run_playbook(
         "envvars": envvars,
         "event_handler": collector.handle,
         "quiet": True,
-        "binary": _ansible_playbook_binary(),
         "verbosity": verbosity or None,
     }
     if limit:
@@ -256,6 +259,12 @@ def _task_name(data: Mapping[str, Any]) -> str:
 def failure_message(res: Mapping[str, Any]) -> str:
     """The most useful words of a failed result: msg, then stderr/stdout tails."""
     parts: list[str] = []
+    items = [r for r in res.get("results") or [] if isinstance(r, Mapping) and r.get("failed")]
+    for item in items:  # a loop: say which items failed and why
+        label = item.get("_ansible_item_label", item.get("item"))
+        parts.append(f"[{label}] {failure_message(item)}")
+    if parts:
+        return "\n".join(parts)
     msg = res.get("msg")
     if msg:
         parts.append(str(msg).strip())

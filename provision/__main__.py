@@ -1,0 +1,5 @@
+"""``python -m provision`` = the ``provision`` command."""
+
+from provision.cli import main
+
+main()

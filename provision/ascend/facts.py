@@ -1,0 +1,139 @@
+"""Node facts about Ascend hardware, from one read-only shell probe run on the node.
+
+``PROBE_SCRIPT`` prints labelled sections (PCI view, ``npu-smi info``, driver/firmware ``version.info``,
+``/etc/ascend_install.info``, ``df``); ``facts_from_probe()`` parses them on the controller with the
+parsers of this package. The ``ascend_facts`` action plugin runs the probe; tests can feed it text.
+
+PCI view: the real ``lspci -n -d 19e5:`` when pciutils is installed, else the same numeric lines made
+from ``/sys/bus/pci/devices/*/{vendor,device,class,revision}`` (what lspci itself reads).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provision.ascend.npu_smi import ParseError, dcmi_error_code, parse_npu_smi_info
+from provision.ascend.pci import ascend_devices, ascend_model, parse_lspci
+from provision.ascend.versions import parse_ascend_install_info, parse_key_equals
+
+MARK = "@@@provision "
+
+# Positional arguments after the script: the paths whose free space to report.
+PROBE_SCRIPT = r"""
+sec() { printf '\n%s%s\n' '@@@provision ' "$1"; }
+sec pci
+if command -v lspci >/dev/null 2>&1; then
+  lspci -n -d 19e5: 2>&1
+else
+  for d in /sys/bus/pci/devices/*; do
+    [ -r "$d/vendor" ] || continue
+    [ "$(cat "$d/vendor")" = 0x19e5 ] || continue
+    slot=${d##*/}; cls=$(cut -c3-6 "$d/class"); dev=$(cat "$d/device")
+    rev=$(cat "$d/revision" 2>/dev/null || echo 0x00)
+    printf '%s %s: 19e5:%s (rev %s)\n' "${slot#0000:}" "$cls" "${dev#0x}" "${rev#0x}"
+  done
+fi
+smi=$(command -v npu-smi 2>/dev/null)
+for p in /usr/local/bin/npu-smi /usr/local/sbin/npu-smi; do [ -z "$smi" ] && [ -x "$p" ] && smi=$p; done
+if [ -n "$smi" ]; then
+  sec "npu-smi $smi"; "$smi" info 2>&1; rc=$?; sec "npu-smi-rc"; echo "$rc"
+fi
+A=/usr/local/Ascend
+for f in $A/driver/version.info $A/firmware/version.info /etc/ascend_install.info; do
+  [ -r "$f" ] && { sec "file $f"; cat "$f"; }
+done
+sec df
+for p in "$@"; do
+  q=$p; while [ ! -e "$q" ]; do q=$(dirname "$q"); done
+  printf '%s ' "$p"; df -Pk "$q" | tail -n 1
+done
+exit 0
+""".strip()
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """Section label -> body of the probe output."""
+    sections: dict[str, str] = {}
+    label: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(MARK):
+            if label is not None:
+                sections[label] = "\n".join(body).strip("\n")
+            label, body = line[len(MARK) :].strip(), []
+        elif label is not None:
+            body.append(line)
+    if label is not None:
+        sections[label] = "\n".join(body).strip("\n")
+    if "pci" not in sections:
+        raise ParseError("probe output has no PCI section")
+    return sections
+
+
+def facts_from_probe(text: str) -> dict[str, Any]:
+    """``ascend_npus`` and ``ascend_disk_free_mb`` facts from the probe output."""
+    sections = split_sections(text)
+    devices = ascend_devices(parse_lspci(sections["pci"]))
+    models = sorted({m for d in devices if (m := ascend_model(d.device_id))})
+    npus: dict[str, Any] = {
+        "count": len(devices),
+        "model": models[0] if len(models) == 1 else (", ".join(models) or None),
+        "pci_device_ids": sorted({f"0x{d.device_id:04x}" for d in devices if d.device_id is not None}),
+        "bus_ids": [d.bus_id for d in devices],
+        "npu_smi": None,
+        "npu_smi_error": None,
+        "driver_version": None,
+        "firmware_version": None,
+        "driver_install_path": None,
+        "health": {},
+        "all_healthy": None,
+        "chips": [],
+    }
+    for label, body in sections.items():
+        if label.startswith("npu-smi "):
+            npus["npu_smi"] = label.removeprefix("npu-smi ")
+            _npu_smi(npus, body, sections.get("npu-smi-rc", "1").strip())
+        elif label == "file /usr/local/Ascend/driver/version.info":
+            npus["driver_version"] = parse_key_equals(body).get("Version")
+        elif label == "file /usr/local/Ascend/firmware/version.info":
+            npus["firmware_version"] = parse_key_equals(body).get("Version")
+        elif label == "file /etc/ascend_install.info":
+            npus["driver_install_path"] = parse_ascend_install_info(body).driver_install_path
+    return {"ascend_npus": npus, "ascend_disk_free_mb": _disk(sections.get("df", ""))}
+
+
+def _npu_smi(npus: dict[str, Any], body: str, rc: str) -> None:
+    code = dcmi_error_code(body)
+    if rc != "0" or code is not None:
+        last = body.strip().splitlines()[-1] if body.strip() else f"exit code {rc}"
+        npus["npu_smi_error"] = last
+        return
+    info = parse_npu_smi_info(body)
+    npus["health"] = {str(n.id): n.health for n in info.npus if n.chip_id == 0}
+    npus["all_healthy"] = info.all_healthy
+    npus["chips"] = [
+        {
+            "id": n.id,
+            "chip_id": n.chip_id,
+            "name": n.name,
+            "health": n.health,
+            "bus_id": n.bus_id,
+            "power_w": n.power_w,
+            "temp_c": n.temp_c,
+            "hbm_used_mb": n.hbm_used_mb,
+            "hbm_total_mb": n.hbm_total_mb,
+            "aicore_pct": n.aicore_pct,
+            "processes": [p.pid for p in n.processes],
+        }
+        for n in info.npus
+    ]
+
+
+def _disk(body: str) -> dict[str, int]:
+    """``<path> <df -Pk row>`` lines -> free MiB for each path asked for (a missing path: its parent's)."""
+    free: dict[str, int] = {}
+    for line in body.splitlines():
+        fields = line.split()
+        if len(fields) >= 7 and fields[4].isdigit():
+            free[fields[0]] = int(fields[4]) // 1024
+    return free

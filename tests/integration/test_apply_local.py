@@ -1,0 +1,116 @@
+"""`provision apply` / `plan` through ansible-runner for real, against this machine (local connection).
+
+The simulated cluster tests cover SSH; these cover the runner seam: live/line progress, recap, --json,
+exit codes, run directories — with the real preflight role.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+PROVISION = [sys.executable, "-m", "provision"]
+
+
+def local_inventory(tmp_path: Path, **group_vars: object) -> Path:
+    (tmp_path / "group_vars").mkdir()
+    settings = {"preflight_require_npus": False, "preflight_allow_unsupported_os": True, **group_vars}
+    (tmp_path / "group_vars" / "npu_nodes.yml").write_text(json.dumps(settings))
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(
+        f"[npu_nodes]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+    )
+    return inventory
+
+
+def provision(*args: str, runs: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PROVISION_RUNS_DIR": str(runs), "CI": "1"}
+    return subprocess.run([*PROVISION, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_apply_json_reports_per_host_counts(tmp_path: Path) -> None:
+    inventory = local_inventory(tmp_path)
+    done = provision("apply", str(inventory), "--json", runs=tmp_path / "runs")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["ok"] is True and summary["exit_code"] == 0
+    host = summary["hosts"]["localhost"]
+    assert host["ok"] >= 5 and host["failed"] == 0 and host["unreachable"] == 0
+    run_dir = Path(summary["run_dir"])
+    assert run_dir.parent == tmp_path / "runs"
+    assert list(run_dir.glob("artifacts/*/job_events/*.json")), "the run directory keeps the events"
+    # progress goes to stderr as lines when --json
+    assert "PLAY Preflight checks on every NPU node" in done.stderr
+
+
+def test_apply_failure_exits_1_and_names_host_task_and_reason(tmp_path: Path) -> None:
+    inventory = local_inventory(tmp_path, preflight_min_free_mb={"/var": 10**12})
+    done = provision("apply", str(inventory), runs=tmp_path / "runs")
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "localhost        failed      preflight : Check free disk space" in out
+    assert "FAILED localhost: preflight : Check free disk space" in out
+    assert "[/var] /var has" in out and "needs 1000000000000 MiB" in out
+    assert "| localhost |" in out and "FAILED |" in out
+
+
+def test_plan_changes_nothing_and_lists_hosts(tmp_path: Path) -> None:
+    inventory = local_inventory(tmp_path)
+    done = provision("plan", str(inventory), runs=tmp_path / "runs")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "check mode: nothing is changed" in done.stdout
+    assert "localhost: no changes" in done.stdout
+
+
+def test_limit_and_tags_reach_ansible(tmp_path: Path) -> None:
+    inventory = local_inventory(tmp_path)
+    done = provision(
+        "apply",
+        str(inventory),
+        "--tags",
+        "preflight_system",
+        "--limit",
+        "localhost",
+        "--json",
+        runs=tmp_path / "runs",
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    # only the OS/arch/Python checks ran (+ facts, argument spec check): no NPU probe, no disk check
+    assert summary["hosts"]["localhost"]["ok"] == 5
+    events = Path(summary["run_dir"]).glob("artifacts/*/job_events/*.json")
+    tasks = {json.loads(p.read_text()).get("event_data", {}).get("task") for p in events}
+    assert "Check the CPU architecture" in tasks
+    assert "Probe NPUs, drivers and disk space" not in tasks
+
+
+def test_extra_vars_override(tmp_path: Path) -> None:
+    inventory = local_inventory(tmp_path)
+    done = provision(
+        "apply",
+        str(inventory),
+        "-e",
+        '{"preflight_supported_arch": ["s390x"]}',
+        "-e",
+        "preflight_allow_unsupported_os=true",
+        runs=tmp_path / "runs",
+    )
+    assert done.returncode == 1
+    assert "is not supported; allowed: s390x" in done.stdout
+
+
+def test_unreachable_host_exits_1(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.ini"
+    # Port 1 on loopback refuses at once: no traffic leaves this machine.
+    inventory.write_text("[npu_nodes]\nghost ansible_host=127.0.0.1 ansible_port=1 ansible_user=nobody\n")
+    done = provision("apply", str(inventory), "--json", runs=tmp_path / "runs")
+    assert done.returncode == 1
+    summary = json.loads(done.stdout)
+    assert summary["hosts"]["ghost"]["unreachable"] == 1
+    assert summary["failures"][0]["unreachable"] is True
