@@ -1,0 +1,70 @@
+"""The wheel carries playbooks/roles/plugins/ansible.cfg and works outside a checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        timeout=300,
+    )
+    (found,) = out.glob("provision-*.whl")
+    return found
+
+
+def test_wheel_contains_ansible_content(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in (
+        "provision/_ansible/ansible.cfg",
+        "provision/_ansible/playbooks/site.yml",
+        "provision/_ansible/roles/preflight/tasks/main.yml",
+        "provision/_ansible/plugins/action/ascend_facts.py",
+        "provision/_ansible/examples/inventory.ini",
+        "provision/data/versions.yml",
+    ):
+        assert required in names, required
+
+
+def test_installed_wheel_runs_a_playbook_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    (work / "inventory.ini").write_text(
+        f"[npu_nodes]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+        "[npu_nodes:vars]\npreflight_require_npus=false\npreflight_allow_unsupported_os=true\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site), "PROVISION_RUNS_DIR": str(tmp_path / "runs"), "CI": "1"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import provision.paths as p; print(p.ansible_root())"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == str(site / "provision" / "_ansible")
+    done = subprocess.run(
+        [sys.executable, "-m", "provision", "apply", "--check", "inventory.ini"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| localhost |" in done.stdout and "| ok" in done.stdout

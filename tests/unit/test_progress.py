@@ -1,0 +1,117 @@
+"""Progress displays and recap from ansible-runner events (synthetic events of the real shape)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console as RichConsole
+
+from provision.cli.version import versions
+from provision.runner.progress import LineProgress, LiveProgress, recap_table
+from provision.runner.run import HostStats, RunResult, _Collector, failure_message, render_diff
+
+pytestmark = pytest.mark.unit
+
+
+def ev(
+    kind: str, host: str | None = None, task: str = "", role: str = "", **extra: object
+) -> dict[str, object]:
+    data: dict[str, object] = {"task": task, "role": role, **extra}
+    if host:
+        data["host"] = host
+    return {"event": kind, "event_data": data}
+
+
+EVENTS = [
+    ev("playbook_on_play_start", name="Preflight"),
+    ev("playbook_on_task_start", task="Check OS", role="preflight"),
+    ev("runner_on_start", "n1", "Check OS", "preflight"),
+    ev("runner_on_ok", "n1", "Check OS", "preflight", res={"changed": False}),
+    ev(
+        "runner_on_ok",
+        "n2",
+        "Write file",
+        "preflight",
+        res={"changed": True, "diff": {"before": "a\n", "after": "b\n"}},
+    ),
+    ev("runner_on_failed", "n3", "Check disk", "preflight", res={"msg": "/var has 1 MiB free"}),
+    ev("runner_on_unreachable", "n4", "Gathering Facts", res={"msg": "ssh: connect refused"}),
+    ev("playbook_on_stats", ok={"n1": 1, "n2": 1}, changed={"n2": 1}, failures={"n3": 1}, dark={"n4": 1}),
+]
+
+
+def test_line_progress_prints_banners_and_non_ok_results() -> None:
+    out = io.StringIO()
+    with LineProgress(out) as progress:
+        for event in EVENTS:
+            progress(event)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "PLAY Preflight",
+        "  n2               changed     preflight : Write file",
+        "  n3               failed      preflight : Check disk",
+        "  n4               unreachable Gathering Facts",
+    ]
+
+
+def test_live_progress_table_has_a_row_per_host_with_counts() -> None:
+    console = RichConsole(file=io.StringIO(), width=120, force_terminal=False)
+    live = LiveProgress(console)
+    for event in EVENTS:
+        live(event)
+    table = live._table()
+    hosts = list(table.columns[0].cells)
+    assert hosts == ["n1", "n2", "n3", "n4"]
+    assert list(table.columns[2].cells)[1] == "[yellow]1[/]"  # n2 changed
+    assert list(table.columns[3].cells)[2] == "[red]1[/]"  # n3 failed
+
+
+def test_collector_builds_stats_failures_and_changes() -> None:
+    collector = _Collector(None)
+    for event in EVENTS:
+        collector.handle(event)
+    assert collector.hosts["n2"] == HostStats(ok=1, changed=1)
+    assert collector.hosts["n4"].unreachable == 1
+    assert [(f.host, f.unreachable) for f in collector.failures] == [("n3", False), ("n4", True)]
+    assert collector.changes[0].diff.splitlines()[-2:] == ["-a", "+b"]
+
+
+def test_recap_and_json_summary() -> None:
+    result = RunResult("site", 2, "failed", Path("/tmp/r"), 1.0, False)
+    result.hosts = {"n1": HostStats(ok=3), "n3": HostStats(ok=1, failed=1)}
+    assert result.exit_code == 1
+    summary = result.to_json()
+    assert json.loads(json.dumps(summary))["hosts"]["n3"]["failed"] == 1
+    console = RichConsole(file=io.StringIO(), width=100)
+    console.print(recap_table(result, ascii_only=True))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "| n3   |  1 |       0 |      1 |" in text and "FAILED" in text
+
+
+def test_bad_input_exit_code_only_when_no_host_was_reached() -> None:
+    syntax = RunResult("site", 4, "failed", Path("/tmp/r"), 0.1, False)
+    assert syntax.exit_code == 2
+    unreachable = RunResult(
+        "site", 4, "failed", Path("/tmp/r"), 0.1, False, hosts={"n": HostStats(unreachable=1)}
+    )
+    assert unreachable.exit_code == 1
+
+
+def test_failure_message_of_loops_names_items() -> None:
+    res = {
+        "msg": "One or more items failed",
+        "results": [{"failed": True, "msg": "no", "_ansible_item_label": "/var"}],
+    }
+    assert failure_message(res) == "[/var] no"
+    assert render_diff({"diff": [{"prepared": "+ pkg foo"}]}) == "+ pkg foo"
+
+
+def test_version_reports_the_pinned_stack() -> None:
+    info = versions()
+    stack = info["stack"]
+    assert isinstance(stack, dict)
+    assert stack["vllm_ascend"] == "0.23.0" and stack["cann"] == "9.1.0"
+    assert str(info["ansible-core"]).startswith("2.")
