@@ -1,0 +1,118 @@
+"""``provision sim``: rehearse before production on a simulated cluster.
+
+Nodes are real Linux systems (systemd, sshd, python3) in containers on a private network, with simulated
+Ascend NPUs; Ansible reaches them over SSH exactly as it reaches servers. Needs root and systemd-nspawn.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import typer
+
+from provision.cli.console import Console
+from provision.sim import flavours
+from provision.sim.cluster import DEFAULT_NAME, Cluster
+
+sim_app = typer.Typer(
+    help="Rehearse before production: a simulated Ascend cluster of real Linux nodes reachable over SSH.",
+    no_args_is_help=True,
+)
+
+NAME_OPTION = typer.Option(
+    DEFAULT_NAME,
+    "--name",
+    envvar="PROVISION_SIM_NAME",
+    help="Cluster name (several clusters can run at once).",
+)
+
+
+def _load(name: str) -> Cluster | None:
+    return Cluster.load(name)
+
+
+@sim_app.command("up")
+def up(
+    nodes: int = typer.Option(3, "--nodes", "-n", help="How many nodes."),
+    os_list: str = typer.Option(
+        flavours.DEFAULT_FLAVOUR,
+        "--os",
+        help=f"Node OS: {', '.join(flavours.FLAVOURS)}; a comma list is used in turn (mixed cluster).",
+    ),
+    npus: int = typer.Option(8, "--npus", help="Simulated Ascend 910B NPUs per node."),
+    name: str = NAME_OPTION,
+) -> None:
+    """Boot a simulated cluster and write its inventory."""
+    out = Console.for_stream()
+    err = Console.for_stream(sys.stderr)
+    cluster = Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status)
+    for node in cluster.nodes:
+        out.line(f"{node.name:<8} {node.ip:<15} {node.flavour}")
+    t = cluster.timings
+    out.line(
+        f"cluster {cluster.name!r} up in {t['total']:.1f} s (base {t['base']:.1f} s, "
+        f"network {t['network']:.1f} s, start {t['start']:.1f} s, boot to sshd {t['boot']:.1f} s)"
+    )
+    out.line(f"inventory: {cluster.inventory_path}")
+
+
+@sim_app.command("status")
+def status(
+    name: str = NAME_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Show the nodes of a simulated cluster and whether they run."""
+    cluster = _load(name)
+    if cluster is None:
+        Console.for_stream(sys.stderr).error(
+            f"no simulated cluster {name!r} (start one with `provision sim up`)"
+        )
+        raise typer.Exit(1)
+    states = cluster.status()
+    if as_json:
+        data = {
+            "name": cluster.name,
+            "dir": str(cluster.dir),
+            "inventory": str(cluster.inventory_path),
+            "controller_ip": cluster.controller_ip,
+            "nodes": [vars(state) for state in states],
+        }
+        typer.echo(json.dumps(data, indent=2))
+        return
+    out = Console.for_stream()
+    out.line(f"cluster {cluster.name!r} ({cluster.dir}), inventory {cluster.inventory_path}")
+    for state in states:
+        out.line(f"{state.name:<8} {state.ip:<15} {state.flavour:<16} {state.state:<8} boots={state.boots}")
+
+
+@sim_app.command("inventory")
+def inventory(name: str = NAME_OPTION) -> None:
+    """Print an Ansible inventory (INI) of the running cluster, ready for `provision apply`."""
+    cluster = _load(name)
+    if cluster is None:
+        Console.for_stream(sys.stderr).error(
+            f"no simulated cluster {name!r} (start one with `provision sim up`)"
+        )
+        raise typer.Exit(1)
+    typer.echo(cluster.inventory(), nl=False)
+
+
+@sim_app.command("down")
+def down(name: str = NAME_OPTION) -> None:
+    """Stop every node and remove the cluster's namespaces, mounts and files."""
+    out = Console.for_stream()
+    cluster = _load(name)
+    if cluster is None:
+        out.line(f"no simulated cluster {name!r}: nothing to do")
+        return
+    started = time.monotonic()
+    warnings = cluster.down()
+    for warning in warnings:
+        Console.for_stream(sys.stderr).error(warning)
+    out.line(f"cluster {name!r} down in {time.monotonic() - started:.1f} s")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sim_app, name="sim")

@@ -1,0 +1,395 @@
+"""A simulated cluster: N nodes on one private network, plus what Ansible needs to reach them.
+
+``Cluster.up()`` builds it, ``Cluster.load(name)`` finds a running one, ``cluster.down()`` removes every
+trace. The cluster folder (``/var/lib/provision-sim/<name>``; the parent folder can be changed with
+``$PROVISION_SIM_DIR``) holds::
+
+    cluster.json    nodes, subnet and base rootfs: all that `status` and `down` need
+    id_ed25519      the controller's SSH key, authorized for root on every node
+    known_hosts     each node's host key, generated and recorded at `up`: host key checking stays on
+    inventory.ini   the nodes in group ``npu_nodes``, ready for ``provision apply`` / ``ansible-playbook``
+    cp/             this cluster's SSH ControlMaster sockets (closed at `down`)
+    nodes/<name>/   one folder per node (see :mod:`provision.sim.nodes`)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.errors import InputError, ProvisionError
+from provision.sim import flavours, network, nodes, rootfs
+from provision.sim.network import Subnet
+from provision.sim.nodes import Node
+from provision.sim.system import locked, pids_in_netns, require_host
+
+DEFAULT_NAME = "default"
+DEFAULT_STATE_ROOT = Path("/var/lib/provision-sim")
+GROUP = "npu_nodes"
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,23}$")
+MAX_NPUS = 16
+# Held while choosing a subnet and creating the controller namespace, across all clusters on the host.
+NETWORK_LOCK = Path("/run/lock/provision-sim.lock")
+STOP_GRACE_S = 5.0
+KILL_WAIT_S = 3.0
+BOOT_TIMEOUT_S = 120.0
+# Unix socket paths are limited to 107 bytes; "cp/" + a 40-character %C hash must fit.
+MAX_CONTROL_DIR_LENGTH = 60
+
+Progress = Callable[[str], None]
+
+
+def state_root() -> Path:
+    return Path(os.environ.get("PROVISION_SIM_DIR") or DEFAULT_STATE_ROOT)
+
+
+def check_name(name: str) -> str:
+    if not NAME_PATTERN.match(name):
+        raise InputError(
+            f"cluster name {name!r}: use 1-24 lowercase letters, digits and '-' "
+            "(starting with a letter or digit)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    flavour: str
+    ip: str
+    state: str
+    """``running`` (sshd answers), ``booting`` or ``stopped``."""
+    boots: int
+
+
+@dataclass
+class Cluster:
+    name: str
+    dir: Path
+    subnet: Subnet
+    base: Path
+    nodes: list[Node]
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent in the phases of the last :meth:`up`: base, network, start, boot, total."""
+
+    # -- where things are -------------------------------------------------------------------------------
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.dir / "cluster.json"
+
+    @property
+    def private_key(self) -> Path:
+        return self.dir / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.dir / "known_hosts"
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.dir / "inventory.ini"
+
+    @property
+    def control_dir(self) -> Path:
+        return self.dir / "cp"
+
+    @property
+    def controller_netns(self) -> str:
+        """Name of the controller namespace (holds the bridge); enter it with ``nsenter --net=<path>``."""
+        return f"psim-{self.name}"
+
+    @property
+    def controller_netns_path(self) -> Path:
+        return network.netns_path(self.controller_netns)
+
+    @property
+    def controller_ip(self) -> str:
+        """The controller namespace's address on the cluster network (for services such as the mirror)."""
+        return self.subnet.controller_ip
+
+    @property
+    def host_ip(self) -> str:
+        """The host namespace's address on the cluster network (where Ansible's connections come from)."""
+        return self.subnet.host_ip
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise InputError(f"cluster {self.name} has no node {name!r}")
+
+    # -- state on disk ----------------------------------------------------------------------------------
+
+    def save(self) -> None:
+        data = {
+            "name": self.name,
+            "subnet": self.subnet.index,
+            "base": str(self.base),
+            "nodes": [node.to_dict() for node in self.nodes],
+        }
+        self.cluster_file.write_text(json.dumps(data, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, name: str = DEFAULT_NAME, root: Path | None = None) -> Cluster | None:
+        """The cluster recorded under ``root`` (default :func:`state_root`), or ``None``."""
+        folder = (root or state_root()) / check_name(name)
+        try:
+            data: dict[str, Any] = json.loads((folder / "cluster.json").read_text())
+        except FileNotFoundError:
+            return None
+        return cls(
+            name=name,
+            dir=folder,
+            subnet=Subnet(int(data["subnet"])),
+            base=Path(data["base"]),
+            nodes=[Node.from_dict(name, folder, item) for item in data["nodes"]],
+        )
+
+    # -- up ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def up(
+        cls,
+        name: str = DEFAULT_NAME,
+        *,
+        nodes: int = 3,
+        os_list: str = flavours.DEFAULT_FLAVOUR,
+        npus: int = 8,
+        root: Path | None = None,
+        cache: Path | None = None,
+        boot_timeout: float = BOOT_TIMEOUT_S,
+        progress: Progress | None = None,
+    ) -> Cluster:
+        """Build the base if needed, then create, boot and wait for ``nodes`` nodes (sshd answering).
+
+        ``os_list`` is one flavour or a comma list used in turn (see :func:`flavours.parse_os_list`).
+        On any failure everything created so far is removed again.
+        """
+        check_name(name)
+        if not 1 <= nodes <= network.MAX_NODES:
+            raise InputError(f"--nodes must be between 1 and {network.MAX_NODES}, not {nodes}")
+        if not 0 <= npus <= MAX_NPUS:
+            raise InputError(f"--npus must be between 0 and {MAX_NPUS}, not {npus}")
+        node_flavours = flavours.parse_os_list(os_list, nodes)
+        require_host()
+        folder = (root or state_root()) / name
+        if (folder / "cluster.json").exists():
+            raise InputError(
+                f"cluster {name!r} is already up ({folder}): `provision sim down --name {name}` first"
+            )
+
+        started = time.monotonic()
+        base = rootfs.ensure_base(cache, progress)
+        timings = {"base": time.monotonic() - started}
+
+        mark = time.monotonic()
+        with locked(NETWORK_LOCK):
+            subnet = network.allocate_subnet(_subnets_in_use(folder.parent))
+            cluster = cls(
+                name=name,
+                dir=folder,
+                subnet=subnet,
+                base=base,
+                nodes=[
+                    Node(
+                        cluster=name,
+                        name=f"node{number}",
+                        number=number,
+                        flavour=flavour.key,
+                        ip=subnet.node_ip(number),
+                        npus=npus,
+                        dir=folder / "nodes" / f"node{number}",
+                    )
+                    for number, flavour in enumerate(node_flavours, start=1)
+                ],
+            )
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o700)
+            cluster.save()  # from here on `down` can clean up whatever exists
+            try:
+                network.create_controller(cluster.controller_netns, subnet)
+            except BaseException:
+                cluster.down()
+                raise
+        try:
+            for node in cluster.nodes:
+                network.create_node_netns(
+                    node.netns, cluster.controller_netns, node.bridge_port, node.ip, subnet
+                )
+            timings["network"] = time.monotonic() - mark
+
+            mark = time.monotonic()
+            cluster._create_nodes()
+            timings["start"] = time.monotonic() - mark
+
+            mark = time.monotonic()
+            cluster.wait_ready(boot_timeout)
+            timings["boot"] = time.monotonic() - mark
+        except BaseException:
+            cluster.down()
+            raise
+        timings["total"] = time.monotonic() - started
+        cluster.timings = timings
+        return cluster
+
+    def _create_nodes(self) -> None:
+        """Keys, known_hosts, node layers and mounts, supervisors, inventory."""
+        controller_key = nodes.new_key_pair(f"provision-sim@{self.name}")
+        self.private_key.write_text(controller_key.private_openssh)
+        self.private_key.chmod(0o600)
+        self.private_key.with_suffix(".pub").write_text(controller_key.public_line + "\n")
+        hosts = _hosts_file(self)
+        known_hosts = []
+        for node in self.nodes:
+            host_key = nodes.new_key_pair(f"root@{node.name}")
+            known_hosts.append(f"{node.ip} {host_key.public_line}\n")
+            nodes.prepare(
+                node, self.base, host_key=host_key, authorized_key=controller_key.public_line, hosts=hosts
+            )
+        self.known_hosts.write_text("".join(known_hosts))
+        self.control_dir.mkdir(mode=0o700, exist_ok=True)
+        self.inventory_path.write_text(self.inventory())
+        for node in self.nodes:
+            nodes.start(node)
+
+    def wait_ready(self, timeout: float = BOOT_TIMEOUT_S) -> None:
+        """Wait until every node's sshd answers; a node whose container died fails at once."""
+        deadline = time.monotonic() + timeout
+        waiting = list(self.nodes)
+        while waiting:
+            waiting = [node for node in waiting if not nodes.ssh_ready(node, timeout=0.2)]
+            for node in waiting:
+                runner = nodes.supervisor(node)
+                if runner is None or not runner.alive():
+                    raise ProvisionError(f"{node.name} did not boot:\n{_tail(node.console_log)}")
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(node.name for node in waiting)
+                raise ProvisionError(
+                    f"no SSH on {names} after {timeout:.0f} s:\n{_tail(waiting[0].console_log)}"
+                )
+            if waiting:
+                time.sleep(0.05)
+
+    # -- what users see ---------------------------------------------------------------------------------
+
+    def status(self) -> list[NodeStatus]:
+        return [NodeStatus(n.name, n.flavour, n.ip, nodes.state(n), n.boots) for n in self.nodes]
+
+    def inventory(self) -> str:
+        """An Ansible INI inventory of the nodes: SSH as root with the cluster key, host keys checked."""
+        common = f"-o UserKnownHostsFile={self.known_hosts}"
+        if len(str(self.control_dir)) <= MAX_CONTROL_DIR_LENGTH:
+            # Masters of this cluster only: a later cluster reusing the addresses never meets a stale one.
+            common += f" -o ControlPath={self.control_dir}/%C"
+        lines = [
+            f"# Simulated cluster {self.name!r}, written by `provision sim up`.",
+            f"# Node host keys were recorded at `up` in {self.known_hosts}: host key checking stays on.",
+            f"[{GROUP}]",
+        ]
+        for node in self.nodes:
+            lines.append(
+                f"{node.name} ansible_host={node.ip} ansible_user=root"
+                f" ansible_ssh_private_key_file={self.private_key}"
+                " ansible_python_interpreter=/usr/bin/python3"
+                f" ansible_ssh_common_args='{common}'"
+            )
+        return "\n".join(lines) + "\n"
+
+    def exec(
+        self, node: str, argv: Sequence[str], *, timeout: float | None = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside a node without SSH (tests, debugging)."""
+        return nodes.exec_in(self.node(node), argv, timeout=timeout)
+
+    # -- down -------------------------------------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        """Stop every node and remove namespaces, mounts and the cluster folder. Safe to call twice.
+
+        Returns warnings (processes we did not start found in our namespaces); raises when a process we
+        started survives SIGKILL, keeping the folder so ``down`` can be tried again.
+        """
+        self._close_ssh_masters()
+        for node in self.nodes:
+            nodes.stop(node)
+        survivors = self._wait_stopped(STOP_GRACE_S)
+        for node in survivors:
+            nodes.kill(node)
+        survivors = self._wait_stopped(KILL_WAIT_S)
+
+        warnings = []
+        for node in self.nodes:
+            nodes.unmount(node)
+        for netns in [node.netns for node in self.nodes] + [self.controller_netns]:
+            strangers = pids_in_netns(network.netns_path(netns))
+            if strangers:
+                warnings.append(f"processes not started by provision sim still use {netns}: {strangers}")
+            network.delete_netns(netns)
+        network.delete_host_interface(self.subnet)
+        if survivors:
+            raise ProvisionError(
+                "still running after SIGKILL: "
+                + ", ".join(f"{node.name} {[ref.pid for ref in nodes.processes(node)]}" for node in survivors)
+            )
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return warnings
+
+    def _wait_stopped(self, seconds: float) -> list[Node]:
+        deadline = time.monotonic() + seconds
+        while True:
+            for node in self.nodes:
+                nodes.reap(node)
+            running = [node for node in self.nodes if nodes.processes(node)]
+            if not running or time.monotonic() > deadline:
+                return running
+            time.sleep(0.05)
+
+    def _close_ssh_masters(self) -> None:
+        """Ask SSH masters of this cluster to exit (they would linger for ControlPersist otherwise)."""
+        if not self.control_dir.is_dir() or shutil.which("ssh") is None:
+            return
+        for socket_path in self.control_dir.iterdir():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                subprocess.run(
+                    ["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "provision-sim-node"],
+                    capture_output=True,
+                    timeout=5,
+                    check=False,
+                )
+
+
+def _subnets_in_use(root: Path) -> set[int]:
+    """Subnets recorded by the other clusters under ``root``."""
+    used = set()
+    for path in root.glob("*/cluster.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            used.add(int(json.loads(path.read_text())["subnet"]))
+    return used
+
+
+def _hosts_file(cluster: Cluster) -> str:
+    """/etc/hosts of every node: the nodes know each other (and the controller) by name."""
+    lines = [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        f"{cluster.controller_ip}\tsim-controller",
+    ]
+    lines += [f"{node.ip}\t{node.name}" for node in cluster.nodes]
+    return "\n".join(lines) + "\n"
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return f"(no {path})"

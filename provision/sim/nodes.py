@@ -1,0 +1,306 @@
+"""One simulated node: a copy-on-write root filesystem, booted by real systemd in its own network namespace.
+
+Life of a node (driven by :mod:`provision.sim.cluster`)::
+
+    prepare()   upper layer gets the node's identity (hostname, host key, authorized key, machine-id),
+                its OS flavour and its simulated hardware config; then the overlayfs is mounted:
+                lower = shared base rootfs (read-only), upper = this node's changes
+    start()     launches the supervisor (``provision.sim.supervisor``), which runs
+                ``systemd-nspawn --boot`` in the node's network namespace and boots it again on reboot
+    ...         the node runs sshd; Ansible reaches it over SSH like any server
+    stop()      SIGTERM to the supervisor → systemd-nspawn asks the node's systemd to power off
+    kill()      after a grace period: SIGKILL to the node's init (ends every process in the node),
+                then to systemd-nspawn and the supervisor — only PIDs we recorded, checked by start time
+    unmount()   the overlayfs goes; the node's files stay in ``upper/`` until the cluster folder is removed
+
+Files in the node folder (``<cluster>/nodes/<name>/``): ``upper/ work/ root/`` (overlayfs), ``console.log``
+(boot messages), ``supervisor.pid``, ``nspawn.pid``, ``boots``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from provision.errors import ProvisionError
+from provision.sim import flavours, network
+from provision.sim.system import ProcessRef, read_ref, run
+
+
+@dataclass(frozen=True)
+class Node:
+    cluster: str
+    name: str
+    number: int
+    """1-based position in the cluster; the address and the hardware config derive from it."""
+    flavour: str
+    ip: str
+    npus: int
+    dir: Path
+
+    @property
+    def netns(self) -> str:
+        return f"psim-{self.cluster}-{self.name}"
+
+    @property
+    def machine(self) -> str:
+        """systemd-nspawn's machine name, unique on the host (several clusters have a ``node1``)."""
+        return f"psim-{self.cluster}-{self.name}"
+
+    @property
+    def bridge_port(self) -> str:
+        """The host end of the node's veth, inside the controller namespace."""
+        return self.name
+
+    @property
+    def root(self) -> Path:
+        """The node's filesystem as the host sees it while the node is up (the overlayfs mount point)."""
+        return self.dir / "root"
+
+    @property
+    def upper(self) -> Path:
+        """Everything the node changed relative to the base rootfs."""
+        return self.dir / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.dir / "work"
+
+    @property
+    def console_log(self) -> Path:
+        return self.dir / "console.log"
+
+    @property
+    def boots(self) -> int:
+        """How many times the node has been booted (1 after ``up``, +1 per reboot)."""
+        try:
+            return int((self.dir / "boots").read_text())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "number": self.number,
+            "flavour": self.flavour,
+            "ip": self.ip,
+            "npus": self.npus,
+        }
+
+    @classmethod
+    def from_dict(cls, cluster: str, cluster_dir: Path, data: dict[str, Any]) -> Node:
+        name = str(data["name"])
+        return cls(
+            cluster=cluster,
+            name=name,
+            number=int(data["number"]),
+            flavour=str(data["flavour"]),
+            ip=str(data["ip"]),
+            npus=int(data["npus"]),
+            dir=cluster_dir / "nodes" / name,
+        )
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    private_openssh: str
+    public_line: str
+    """``ssh-ed25519 AAAA...``"""
+
+
+def new_key_pair(comment: str) -> KeyPair:
+    """A fresh ed25519 key in OpenSSH format (no subprocess: 10 nodes need 10 host keys quickly)."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return KeyPair(private, f"{public.decode()} {comment}")
+
+
+def prepare(node: Node, base: Path, *, host_key: KeyPair, authorized_key: str, hosts: str) -> None:
+    """Write the node's identity, flavour and hardware config into its upper layer, then mount its root."""
+    for folder in (node.upper, node.work, node.root):
+        folder.mkdir(parents=True, exist_ok=True)
+    _write(node.upper, base, "/etc/hostname", f"{node.name}\n")
+    _write(node.upper, base, "/etc/hosts", hosts)
+    _write(node.upper, base, "/etc/machine-id", secrets.token_hex(16) + "\n")
+    _write(node.upper, base, "/etc/ssh/ssh_host_ed25519_key", host_key.private_openssh, mode=0o600)
+    _write(node.upper, base, "/etc/ssh/ssh_host_ed25519_key.pub", host_key.public_line + "\n")
+    _write(node.upper, base, "/root/.ssh/authorized_keys", authorized_key + "\n", mode=0o600)
+    (node.upper / "root/.ssh").chmod(0o700)
+    flavours.apply_flavour(node.upper, base, flavours.FLAVOURS[node.flavour])
+    _write_hardware_config(node)
+    options = f"lowerdir={base},upperdir={node.upper},workdir={node.work}"
+    if any(char in str(path) for path in (base, node.dir) for char in ",:"):
+        raise ProvisionError(f"paths for overlayfs must not contain ',' or ':': {options}")
+    run(["mount", "-t", "overlay", "overlay", "-o", options, str(node.root)])
+
+
+def _write(upper: Path, base: Path, path: str, content: str, mode: int = 0o644) -> None:
+    target = flavours.in_layer(upper, base, path)
+    target.unlink(missing_ok=True)
+    target.write_text(content)
+    target.chmod(mode)
+
+
+def _write_hardware_config(node: Node) -> None:
+    """Let the simulated NPU hardware (``provision.sim.hardware``, when installed) configure this node."""
+    try:
+        hardware = importlib.import_module("provision.sim.hardware")
+    except ModuleNotFoundError as exc:
+        if exc.name != "provision.sim.hardware":
+            raise
+        return
+    write: Callable[..., None] | None = getattr(hardware, "write_node_config", None)
+    if write is not None:
+        write(node.upper, name=node.name, index=node.number, npus=node.npus)
+
+
+def nspawn_command(node: Node) -> list[str]:
+    return [
+        # systemd-nspawn runs *inside* the node's namespace instead of joining it with
+        # --network-namespace-path: with that option nspawn 252 mounts the node's /sys in the host's
+        # namespace, and /sys/class/net (hence Ansible's interface facts) would show the host's interfaces.
+        "nsenter",
+        f"--net={network.netns_path(node.netns)}",
+        "--",
+        "systemd-nspawn",
+        "--boot",
+        # No systemd on the host to register with; the node's systemd manages its own cgroup subtree.
+        "--register=no",
+        "--keep-unit",
+        "--settings=false",
+        f"--directory={node.root}",
+        f"--machine={node.machine}",
+        f"--hostname={node.name}",
+        # What a container engine inside the node needs (podman/docker: keyrings, bpf, all capabilities).
+        "--capability=all",
+        "--system-call-filter=@keyring",
+        "--system-call-filter=bpf",
+        "--resolv-conf=off",
+        "--timezone=off",
+        "--link-journal=no",
+        "--console=read-only",
+    ]
+
+
+def start(node: Node) -> ProcessRef:
+    """Launch the node's supervisor in its own session (it outlives the ``provision`` command)."""
+    with node.console_log.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "provision.sim.supervisor", str(node.dir), "--", *nspawn_command(node)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            start_new_session=True,
+        )
+    ref = ProcessRef.of(process.pid)
+    if ref is None:
+        raise ProvisionError(f"{node.name}: the supervisor exited at once; see {node.console_log}")
+    (node.dir / "supervisor.pid").write_text(ref.dump())
+    return ref
+
+
+def supervisor(node: Node) -> ProcessRef | None:
+    return read_ref(node.dir / "supervisor.pid")
+
+
+def nspawn(node: Node) -> ProcessRef | None:
+    return read_ref(node.dir / "nspawn.pid")
+
+
+def init_process(node: Node) -> ProcessRef | None:
+    """The node's PID 1 (systemd), seen from the host; ``None`` when the node is not running."""
+    runner = nspawn(node)
+    if runner is None or not runner.alive():
+        return None
+    children = runner.children()
+    return children[0] if children else None
+
+
+def processes(node: Node) -> list[ProcessRef]:
+    """The processes we started for this node that are still alive."""
+    candidates = [init_process(node), nspawn(node), supervisor(node)]
+    return [ref for ref in candidates if ref is not None and ref.alive()]
+
+
+def stop(node: Node) -> None:
+    """Ask for a clean poweroff (the supervisor passes SIGTERM on to systemd-nspawn)."""
+    sup = supervisor(node)
+    if sup is not None and sup.alive():
+        sup.signal(signal.SIGTERM)
+        return
+    runner = nspawn(node)  # the supervisor is gone but the node is not
+    if runner is not None:
+        runner.signal(signal.SIGTERM)
+
+
+def kill(node: Node) -> None:
+    """SIGKILL the node's init first (that ends every process in the node), then nspawn and supervisor."""
+    for ref in (init_process(node), nspawn(node), supervisor(node)):
+        if ref is not None:
+            ref.signal(signal.SIGKILL)
+
+
+def reap(node: Node) -> None:
+    sup = supervisor(node)
+    if sup is not None:
+        sup.reap()
+
+
+def mounted(node: Node) -> bool:
+    return f" {node.root} overlay " in Path("/proc/mounts").read_text()
+
+
+def unmount(node: Node) -> None:
+    if not mounted(node):
+        return
+    if run(["umount", str(node.root)], check=False).returncode != 0:
+        run(["umount", "--lazy", str(node.root)])
+
+
+def ssh_ready(node: Node, timeout: float = 0.5) -> bool:
+    """True when the node's sshd answers with its banner."""
+    try:
+        with socket.create_connection((node.ip, 22), timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            return conn.recv(8).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def state(node: Node) -> str:
+    """``running`` (sshd answers), ``booting`` (systemd-nspawn runs) or ``stopped``."""
+    runner = nspawn(node)
+    if runner is None or not runner.alive():
+        return "stopped"
+    return "running" if ssh_ready(node) else "booting"
+
+
+def exec_in(
+    node: Node, argv: Sequence[str], *, timeout: float | None = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run a command inside the running node (all its namespaces), without SSH. For tests and debugging."""
+    init = init_process(node)
+    if init is None:
+        raise ProvisionError(f"{node.name} is not running")
+    return subprocess.run(
+        ["nsenter", f"--target={init.pid}", "--all", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
