@@ -1,0 +1,300 @@
+"""Simulated Ascend 910B hardware for simulated nodes: the controller-side API.
+
+The simulator is the only place hardware is faked. Inside a node, production code calls the real
+names — ``lspci``, ``npu-smi``, ``/usr/local/Ascend/driver/tools/hccn_tool``, the vendor ``.run``
+files — and they behave per the documented contracts and the verbatim samples in
+``shared/reference/samples``. The node side is the stdlib-only package ``ascendsim``
+(``provision/sim/hardware/node/ascendsim``), copied to ``/usr/lib/provision-sim/ascendsim``.
+
+* :func:`install_tools` — once per base rootfs: the engine and the boot unit
+  ``provision-sim-hardware.service`` (PCI view, firmware activation, driver load with device nodes).
+* :func:`write_node_config` — once per node before boot: ``/etc/provision-sim/hardware.json``.
+* :func:`set_faults` — change a node's fault knobs (before boot, or at runtime through the node root).
+
+Fault knobs (``faults`` in hardware.json; the tools read the file on every call):
+
+``npu_health``       ``{"3": "Critical"}`` (or ``Warning``/``Alarm``, or ``{"status":..., "error_code":...,
+                     "error_info":...}``): Health column of ``npu-smi info`` and ``-t health``.
+``ecc``              ``{"3": {"HBM Double Bit Error Count": 2}}``: counters of ``-t ecc``.
+``dcmi_error``       ``-8005``: every npu-smi call fails with ``dcmi module initialize failed. ret is -8005``.
+``link_down``        ``[5]``: ``hccn_tool -i 5 -link -g`` → DOWN, ``-net_health`` → Fault, ``-ping`` all lost.
+``net_health``       ``{"2": "Receive timeout"}``: forced ``-net_health -g`` status.
+``disk_full``        ``true``: every ``.run`` stops at makeself's free-space check ("Not enough space left
+                     in ... to decompress ...", exit 1) before writing anything.
+``installer_crash``  ``{"driver": 40}`` (any component; or ``{"driver": {"percent": 40, "mode": "kill"}}``):
+                     the installer writes the files of the earlier stages, then exits 1 with an ``[ERROR]``
+                     line (``kill``: dies by SIGKILL, exit 137, no error line).
+A missing prerequisite needs no knob: leave the package (pciutils, net-tools, dkms, gcc, make, kernel
+headers) or the ``HwHiAiUser`` account out of the node.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from provision.errors import ProvisionError
+
+__all__ = [
+    "BUS_IDS",
+    "ENGINE_DIR",
+    "HW_CONFIG",
+    "MODELS",
+    "UNIT_NAME",
+    "install_tools",
+    "node_config",
+    "node_source",
+    "set_faults",
+    "write_node_config",
+]
+
+NODE_SOURCE = Path(__file__).resolve().parent / "node" / "ascendsim"
+ENGINE_DIR = "/usr/lib/provision-sim"
+HW_CONFIG = "/etc/provision-sim/hardware.json"
+UNIT_NAME = "provision-sim-hardware.service"
+
+MODELS: dict[str, dict[str, int]] = {
+    "910B1": {"hbm_mb": 65536, "aicore": 24, "hbm_base_mb": 3400},
+    "910B2": {"hbm_mb": 65536, "aicore": 24, "hbm_base_mb": 3370},
+    "910B2C": {"hbm_mb": 65536, "aicore": 24, "hbm_base_mb": 3370},
+    "910B3": {"hbm_mb": 65536, "aicore": 20, "hbm_base_mb": 3300},
+    "910B4": {"hbm_mb": 32768, "aicore": 20, "hbm_base_mb": 2640},
+}
+"""npu-smi ``Name`` → HBM capacity (MB), AI cores, idle HBM usage of the driver."""
+
+BUS_IDS = (
+    "0000:C1:00.0",
+    "0000:C2:00.0",
+    "0000:81:00.0",
+    "0000:82:00.0",
+    "0000:01:00.0",
+    "0000:02:00.0",
+    "0000:41:00.0",
+    "0000:42:00.0",
+    "0000:C3:00.0",
+    "0000:C4:00.0",
+    "0000:83:00.0",
+    "0000:84:00.0",
+    "0000:03:00.0",
+    "0000:04:00.0",
+    "0000:43:00.0",
+    "0000:44:00.0",
+)
+"""NPU id → PCIe address, in the order of the Atlas 800 A2 samples (C1, C2, 81, 82, 01, 02, 41, 42)."""
+
+EXTRA_PCI = (
+    {
+        "address": "0000:00:00.0",
+        "vendor": "0x19e5",
+        "device": "0xa120",
+        "class": "0x060400",
+        "revision": "0x21",
+    },
+    {
+        "address": "0000:7d:00.0",
+        "vendor": "0x19e5",
+        "device": "0xa222",
+        "class": "0x020000",
+        "revision": "0x21",
+        "subsystem_vendor": "0x19e5",
+        "subsystem_device": "0x0454",
+    },
+)
+"""Other Huawei functions of a Kunpeng host (a root port, an HNS NIC): ``lspci -d 19e5:`` lists them too."""
+
+UNIT = f"""[Unit]
+Description=Simulated Ascend NPU hardware: PCI view, firmware activation, driver load (provision sim)
+Documentation=file://{ENGINE_DIR}/ascendsim/boot.py
+DefaultDependencies=no
+ConditionPathExists={HW_CONFIG}
+After=local-fs.target systemd-tmpfiles-setup-dev.service
+Before=sysinit.target shutdown.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+Environment=PYTHONPATH={ENGINE_DIR}
+Environment=PYTHONDONTWRITEBYTECODE=1
+ExecStart=/usr/bin/python3 -m ascendsim boot
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def node_source() -> Path:
+    """The ``ascendsim`` package folder (copied into nodes and into every ``.run`` payload)."""
+    return NODE_SOURCE
+
+
+def _copy_engine(dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(NODE_SOURCE, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def install_tools(rootfs: Path) -> None:
+    """Install the simulator's engine and boot unit into a base rootfs (a tree that becomes ``/``).
+
+    Writes ``/usr/lib/provision-sim/ascendsim/`` (the engine), ``/etc/systemd/system/``
+    ``provision-sim-hardware.service`` enabled for ``sysinit.target``, and the empty folders
+    ``/etc/provision-sim`` and ``/var/lib/provision-sim``. Nothing vendor-made is installed: no npu-smi,
+    no hccn_tool, no driver — those come from the ``.run`` packages of :mod:`provision.sim.mirror`.
+    """
+    rootfs = Path(rootfs)
+    if not rootfs.is_dir():
+        raise ProvisionError(f"rootfs {rootfs} is not a directory")
+    _copy_engine(rootfs / ENGINE_DIR.lstrip("/") / "ascendsim")
+    units = rootfs / "etc/systemd/system"
+    units.mkdir(parents=True, exist_ok=True)
+    (units / UNIT_NAME).write_text(UNIT, encoding="utf-8")
+    wants = units / "sysinit.target.wants"
+    wants.mkdir(exist_ok=True)
+    link = wants / UNIT_NAME
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(f"/etc/systemd/system/{UNIT_NAME}")
+    for folder in ("etc/provision-sim", "var/lib/provision-sim"):
+        (rootfs / folder).mkdir(parents=True, exist_ok=True)
+
+
+def _cpu_affinity(bus: int) -> tuple[int, str]:
+    """NUMA node and CPU list of a PCIe bus on a 4-socket-die Kunpeng 920 (as in the topo sample)."""
+    numa = bus >> 6
+    first = numa * 48
+    return numa, f"{first}-{first + 23}"
+
+
+def node_config(
+    *,
+    name: str,
+    index: int,
+    npus: int,
+    model: str = "910B3",
+    faults: Mapping[str, object] | None = None,
+    npu_net: str = "10.201",
+    factory_firmware: str = "7.7.0.1.231",
+) -> dict[str, Any]:
+    """The content of a node's ``hardware.json`` (values derive from ``index`` so nodes differ).
+
+    NPU ``n`` of node ``index`` has the RoCE address ``<npu_net>.<n>.<10 + index>/24`` (one /24 per NPU
+    "rail", like real multi-node HCCL fabrics), gateway and netdetect address ``<npu_net>.<n>.1``.
+    """
+    if model not in MODELS:
+        raise ProvisionError(f"unknown NPU model {model!r}; known: {', '.join(MODELS)}")
+    if not 1 <= npus <= len(BUS_IDS):
+        raise ProvisionError(f"npus must be 1..{len(BUS_IDS)}, got {npus}")
+    if not 0 <= index <= 240:
+        raise ProvisionError(f"index must be 0..240, got {index}")
+    spec = MODELS[model]
+    host = 10 + index
+    npu_list: list[dict[str, Any]] = []
+    for n in range(npus):
+        bus_id = BUS_IDS[n]
+        numa, cpus = _cpu_affinity(int(bus_id[5:7], 16))
+        npu_list.append(
+            {
+                "id": n,
+                "bus_id": bus_id,
+                "serial": f"1025C9{index:03d}{n:03d}",
+                "vdie_id": f"{index:08X} 20B03704 4A10C8D4 14CC040A D21020{n:02X}",
+                "ndie_id": f"{index:08X} 20401010 4E10C8D4 14CC040A A41020{n:02X}",
+                "hbm_total_mb": spec["hbm_mb"],
+                "hbm_used_mb": spec["hbm_base_mb"] + (index * 7 + n * 11) % 30,
+                "power_w": round(88.0 + ((index * 37 + n * 53) % 160) / 10.0, 1),
+                "temp_c": 36 + (index * 5 + n * 3) % 11,
+                "aicore_count": spec["aicore"],
+                "aicore_freq_mhz": 1800,
+                "numa_node": numa,
+                "cpu_affinity": cpus,
+                "ip": f"{npu_net}.{n}.{host}",
+                "netmask": "255.255.255.0",
+                "gateway": f"{npu_net}.{n}.1",
+                "netdetect": None,
+                "processes": [],
+            }
+        )
+    return {
+        "schema": 1,
+        "node": {"name": name, "index": index},
+        "model": model,
+        "pci": {
+            "vendor": "0x19e5",
+            "device": "0xd802",
+            "class": "0x120000",
+            "revision": "0x20",
+            "subsystem_vendor": "0x19e5",
+            "subsystem_device": "0x3003",
+        },
+        "board": {
+            "product_name": "IT21HMDC_Bin5",
+            "model": "NA",
+            "manufacturer": "Huawei",
+            "board_id": "0x60",
+            "pcb_id": "A",
+            "bom_id": "1",
+        },
+        "factory_firmware": factory_firmware,
+        "mcu_version": "23.3.13",
+        "npu_smi_path": "/usr/local/bin/npu-smi",
+        "npus": npu_list,
+        "extra_pci": [dict(d) for d in EXTRA_PCI],
+        "faults": dict(faults or {}),
+    }
+
+
+def write_node_config(
+    node_root: Path,
+    *,
+    name: str,
+    index: int,
+    npus: int,
+    model: str = "910B3",
+    faults: Mapping[str, object] | None = None,
+    npu_net: str = "10.201",
+    factory_firmware: str = "7.7.0.1.231",
+) -> None:
+    """Write ``/etc/provision-sim/hardware.json`` under ``node_root`` (see :func:`node_config`)."""
+    config = node_config(
+        name=name,
+        index=index,
+        npus=npus,
+        model=model,
+        faults=faults,
+        npu_net=npu_net,
+        factory_firmware=factory_firmware,
+    )
+    _write_json(Path(node_root) / HW_CONFIG.lstrip("/"), config)
+
+
+def set_faults(node_root: Path, faults: Mapping[str, object], *, replace: bool = False) -> dict[str, Any]:
+    """Merge ``faults`` into a node's hardware.json (``replace=True``: set them exactly); returns the knobs.
+
+    ``node_root`` may be the node's upper layer before boot or its mounted root while it runs: the
+    tools re-read the file on every call. A knob set to ``None`` is removed.
+    """
+    path = Path(node_root) / HW_CONFIG.lstrip("/")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProvisionError(f"{path} does not exist: write_node_config() first") from None
+    current: dict[str, Any] = {} if replace else dict(config.get("faults") or {})
+    for key, value in faults.items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    config["faults"] = current
+    _write_json(path, config)
+    return current
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)

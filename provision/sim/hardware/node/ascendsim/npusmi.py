@@ -1,0 +1,557 @@
+"""``npu-smi``: renderers (byte-for-byte the formats of ``shared/reference/samples``) and the CLI.
+
+The renderers are pure functions of plain values so unit tests can feed them the sample's values
+and compare with the sample text. :func:`main` reads ``hardware.json`` and the loaded-driver state.
+
+Behaviour without a loaded driver (never installed, or installed but the node not rebooted yet):
+prints the DCMI initialisation failure real hosts print and exits 1::
+
+    DrvMngGetConsoleLogLevel failed. (g_conLogLevel=3)
+    dcmi module initialize failed. ret is -8020
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import common
+
+Npu = Mapping[str, Any]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+DRIVER_NOT_LOADED = -8020
+SEP = "+---------------------------+---------------+----------------------------------------------------+"
+SEP_EQ = "+===========================+===============+====================================================+"
+TOP = "+" + "-" * 96 + "+"
+PROC_HEADER = (
+    "| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |"
+)
+
+HEALTH_DEFAULT_CODES = {
+    "Warning": (
+        "80E18008",
+        "node type=SoC, sensor type=Memory, event state=correctable ECC errors exceed threshold",
+    ),
+    "Alarm": ("80E18005", "node type=HBM, sensor type=Memory, event state=single-bit ECC errors"),
+    "Critical": ("80CB8009", "node type=HBM, sensor type=Memory, event state=uncorrectable ECC error"),
+}
+
+TOPO_LEGEND = """Legend:
+
+  X    = Self
+  SYS  = Path traversing PCIe and NUMA nodes. Nodes are connected through SMP, such as QPI, UPI.
+  PHB  = Path traversing PCIe and the PCIe host bridge of a CPU.
+  PIX  = Path traversing a single PCIe switch
+  PXB  = Path traversing multiple PCIe switches
+  HCCS = Connection traversing HCCS.
+  NA   = Unknown relationship.
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# renderers
+# ------------------------------------------------------------------------------------------------
+
+
+def _kv(key: str, value: object, indent: str = "        ", width: int = 31) -> str:
+    return f"{indent}{key:<{width}}: {value}"
+
+
+def _fmt_power(value: object) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def render_info(version: str, driver_version: str, npus: Sequence[Npu], *, process_table: bool = True) -> str:
+    """``npu-smi info``. Each npu: id, name, health, power_w, temp_c, hugepages_used/total, bus_id,
+    aicore_pct, memory_used_mb/total_mb, hbm_used_mb, hbm_total_mb, processes (list of dicts)."""
+    lines = [
+        TOP,
+        f"| {'npu-smi ' + version:<33}{'Version: ' + driver_version:<62}|",
+        SEP,
+        "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
+        "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
+        SEP_EQ,
+    ]
+    for n in npus:
+        huge = f"{n.get('hugepages_used', 0):<5}/ {n.get('hugepages_total', 0):<14}"
+        lines.append(
+            f"| {n['id']:<6}{n['name']:<20}| {n['health']:<14}| "
+            f"{_fmt_power(n['power_w']):<12}{n['temp_c']!s:<18}{huge}|"
+        )
+        mem = f"{n.get('memory_used_mb', 0):<5}/ {n.get('memory_total_mb', 0)}"
+        hbm = f"{n['hbm_used_mb']:<5}/ {n['hbm_total_mb']:<14}"
+        lines.append(f"| {0:<26}| {n['bus_id']:<14}| {n.get('aicore_pct', 0)!s:<12}{mem:<18}{hbm}|")
+        lines.append(SEP_EQ)
+    if process_table:
+        lines.append(SEP)
+        lines.append(PROC_HEADER)
+        lines.append(SEP_EQ)
+        for n in npus:
+            procs = n.get("processes") or []
+            if not procs:
+                lines.append(f"| {'No running processes found in NPU ' + str(n['id']):<95}|")
+            for p in procs:
+                lines.append(
+                    f"| {n['id']:<8}{0:<18}| {p['pid']!s:<14}| {p['name']!s:<25}| {p['memory_mb']!s:<24}|"
+                )
+            lines.append(SEP_EQ)
+    return "\n".join(lines) + "\n"
+
+
+def render_list(npu_ids: Sequence[int]) -> str:
+    """``npu-smi info -l``."""
+    blocks = [_kv("Total Count", len(npu_ids))]
+    for i in npu_ids:
+        blocks.append(_kv("NPU ID", i) + "\n" + _kv("Chip Count", 1))
+    return "\n\n".join(blocks) + "\n"
+
+
+def render_chip_map(npu_ids: Sequence[int], chip_name: str) -> str:
+    """``npu-smi info -m`` (chip rows carry no trailing padding, header and Mcu rows do: verbatim)."""
+    pad = " " * 8
+    lines = [pad + f"{'NPU ID':<31}{'Chip ID':<31}{'Chip Logic ID':<31}{'Chip Name':<30}"]
+    for i in npu_ids:
+        lines.append(pad + f"{i:<31}{0:<31}{i:<31}{chip_name}")
+        lines.append(pad + f"{i:<31}{1:<31}{'-':<31}{'Mcu':<30}")
+    return "\n".join(lines) + "\n"
+
+
+def render_board(b: Mapping[str, Any]) -> str:
+    """``npu-smi info -t board -i N``."""
+    rows = [
+        ("NPU ID", b["id"]),
+        ("Product Name", b["product_name"]),
+        ("Model", b.get("model", "NA")),
+        ("Manufacturer", b.get("manufacturer", "Huawei")),
+        ("Serial Number", b["serial"]),
+        ("Software Version", b["software_version"]),
+        ("Firmware Version", b["firmware_version"]),
+        ("Compatibility", b["compatibility"]),
+        ("Board ID", b["board_id"]),
+        ("PCB ID", b.get("pcb_id", "A")),
+        ("BOM ID", b.get("bom_id", "1")),
+        ("PCIe Bus Info", b["bus_id"]),
+        ("Slot ID", b.get("slot_id", 0)),
+        ("Class ID", "NA"),
+        ("PCI Vendor ID", b["vendor_id"]),
+        ("PCI Device ID", b["device_id"]),
+        ("Subsystem Vendor ID", b["subsystem_vendor_id"]),
+        ("Subsystem Device ID", b["subsystem_device_id"]),
+        ("Chip Count", 1),
+    ]
+    return "\n".join(_kv(k, v) for k, v in rows) + "\n"
+
+
+def render_board_chip(b: Mapping[str, Any]) -> str:
+    """``npu-smi info -t board -i N -c 0`` (chip view)."""
+    rows = [
+        ("NPU ID", b["id"]),
+        ("Chip ID", 0),
+        ("Chip Type", "Ascend"),
+        ("Chip Name", b["chip_name"]),
+        ("Chip Version", "V1"),
+        ("Board ID", b["board_id"]),
+        ("PCB ID", "NA"),
+        ("BOM ID", b.get("bom_id", "1")),
+        ("VDie ID", b["vdie_id"]),
+        ("NDie ID", b["ndie_id"]),
+        ("Chip Position ID", b["id"]),
+        ("PCIe Bus Info", b["bus_id"]),
+        ("Firmware Version", b["firmware_version"]),
+    ]
+    return "\n".join(_kv(k, v) for k, v in rows) + "\n"
+
+
+def render_usages(u: Mapping[str, Any]) -> str:
+    """``npu-smi info -t usages -i N``."""
+    head = _kv("NPU ID", u["id"]) + "\n" + _kv("Chip Count", 1)
+    rows = [
+        ("DDR Capacity(MB)", 0),
+        ("DDR Usage Rate(%)", 0),
+        ("DDR Hugepages Total(page)", 0),
+        ("DDR Hugepages Usage Rate(%)", 0),
+        ("HBM Capacity(MB)", u["hbm_total_mb"]),
+        ("HBM Usage Rate(%)", u["hbm_usage_pct"]),
+        ("Aicore Usage Rate(%)", u.get("aicore_pct", 0)),
+        ("Aivector Usage Rate(%)", u.get("aivector_pct", 0)),
+        ("Aicpu Usage Rate(%)", u.get("aicpu_pct", 0)),
+        ("Ctrlcpu Usage Rate(%)", u.get("ctrlcpu_pct", 0)),
+        ("DDR Bandwidth Usage Rate(%)", 0),
+        ("HBM Bandwidth Usage Rate(%)", u.get("hbm_bw_pct", 0)),
+        ("NPU Utilization(%)", u.get("aicore_pct", 0)),
+        ("Aicube Usage Rate(%)", u.get("aicube_pct", 0)),
+        ("Chip ID", 0),
+    ]
+    return head + "\n\n" + "\n".join(_kv(k, v) for k, v in rows) + "\n"
+
+
+def render_common(c: Mapping[str, Any]) -> str:
+    """``npu-smi info -t common -i N``."""
+    rows = [
+        ("NPU ID", c["id"]),
+        ("Chip Count", 1),
+        ("Chip ID", 0),
+        ("Memory Usage Rate(%)", c.get("memory_pct", 0)),
+        ("HBM Usage Rate(%)", c["hbm_usage_pct"]),
+        ("Aicore Usage Rate(%)", c.get("aicore_pct", 0)),
+        ("Aicore Freq(MHZ)", c["aicore_freq_mhz"]),
+        ("Aicore curFreq(MHZ)", c.get("aicore_cur_freq_mhz", c["aicore_freq_mhz"])),
+        ("Aicore Count", c["aicore_count"]),
+        ("Temperature(C)", c["temp_c"]),
+        ("NPU Real-time Power(W)", _fmt_power(c["power_w"])),
+    ]
+    return "\n".join(_kv(k, v) for k, v in rows) + "\n"
+
+
+def render_health(status: str, code: str = "NA", info: str = "NA") -> str:
+    """``npu-smi info -t health -i N -c 0`` (no indentation: verbatim)."""
+    return (
+        "\n".join(
+            _kv(k, v, indent="")
+            for k, v in (
+                ("Health Status", status),
+                ("Error Code", code),
+                ("Error Information", info),
+            )
+        )
+        + "\n"
+    )
+
+
+ECC_KEYS = (
+    "DDR Single Bit Error Count",
+    "DDR Double Bit Error Count",
+    "DDR Single Bit Aggregate Total Err Cnt",
+    "DDR Double Bit Aggregate Total Err Cnt",
+    "DDR Single Bit Isolated Pages Count",
+    "DDR Double Bit Isolated Pages Count",
+    "HBM Single Bit Error Count",
+    "HBM Double Bit Error Count",
+    "HBM Single Bit Aggregate Total Err Cnt",
+    "HBM Double Bit Aggregate Total Err Cnt",
+    "HBM Single Bit Isolated Pages Count",
+    "HBM Double Bit Isolated Pages Count",
+)
+
+
+def render_ecc(npu_id: int, counts: Mapping[str, int] | None = None) -> str:
+    """``npu-smi info -t ecc -i N`` (no indentation, 41-wide keys: verbatim)."""
+    counts = counts or {}
+    head = _kv("NPU ID", npu_id, indent="", width=41) + "\n" + _kv("Chip Count", 1, indent="", width=41)
+    body = [_kv(k, counts.get(k, 0), indent="", width=41) for k in ECC_KEYS]
+    body.append(_kv("Chip ID", 0, indent="", width=41))
+    return head + "\n\n" + "\n".join(body) + "\n"
+
+
+def render_temp(npu_id: int, temp_c: int, lm75a: int, lm75b: int) -> str:
+    """``npu-smi info -t temp -i N``."""
+    return (
+        _kv("NPU ID", npu_id)
+        + "\n"
+        + _kv("Chip Count", 1)
+        + "\n\n"
+        + _kv("NPU Temperature (C)", temp_c)
+        + "\n"
+        + _kv("Chip ID", 0)
+        + "\n\n"
+        + _kv("LM75A_TE (C)", lm75a)
+        + "\n"
+        + _kv("LM75B_TE (C)", lm75b)
+        + "\n"
+        + _kv("Chip Name", "MCU")
+        + "\n"
+    )
+
+
+def render_power(npu_id: int, power_w: object) -> str:
+    """``npu-smi info -t power -i N``."""
+    return (
+        _kv("NPU ID", npu_id)
+        + "\n"
+        + _kv("Chip Count", 1)
+        + "\n\n"
+        + _kv("NPU Real-time Power(W)", _fmt_power(power_w))
+        + "\n"
+        + _kv("Chip ID", 0)
+        + "\n"
+    )
+
+
+def render_topo(affinities: Sequence[str], link: str = "HCCS") -> str:
+    """``npu-smi info -t topo`` (full HCCS mesh; a tab starts the header line: verbatim)."""
+    n = len(affinities)
+    header = "\t   " + "".join(f"{'NPU' + str(i):<11}" for i in range(n)) + "CPU Affinity"
+    rows = [header]
+    for i in range(n):
+        cells = "".join(f"{'X' if i == j else link:<11}" for j in range(n))
+        rows.append(f"{'NPU' + str(i):<11}{cells}{affinities[i]}")
+    return "\n".join(rows) + "\n\n" + TOPO_LEGEND
+
+
+def render_mcu(version: str) -> str:
+    """``npu-smi upgrade -b mcu -i N``."""
+    return _kv("Version", version) + "\n"
+
+
+def dcmi_failure(code: int) -> str:
+    return (
+        f"DrvMngGetConsoleLogLevel failed. (g_conLogLevel=3)\ndcmi module initialize failed. ret is {code}\n"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# state → values
+# ------------------------------------------------------------------------------------------------
+
+
+def npu_health(config: Mapping[str, Any], npu_id: int) -> tuple[str, str, str]:
+    """(status, error code, error information) of one NPU from the ``npu_health`` fault knob."""
+    knob = (common.faults(dict(config)).get("npu_health") or {}).get(str(npu_id))
+    if not knob:
+        return "OK", "NA", "NA"
+    if isinstance(knob, str):
+        code, info = HEALTH_DEFAULT_CODES.get(knob, ("80E18005", "NA"))
+        return knob, code, info
+    status = str(knob.get("status", "Alarm"))
+    code, info = HEALTH_DEFAULT_CODES.get(status, ("80E18005", "NA"))
+    return status, str(knob.get("error_code", code)), str(knob.get("error_info", info))
+
+
+def hbm_used(npu: Mapping[str, Any]) -> int:
+    return int(npu["hbm_used_mb"]) + sum(int(p.get("memory_mb", 0)) for p in npu.get("processes") or [])
+
+
+def compatibility(driver_fw_range: Sequence[str] | None, firmware: str) -> str:
+    if not driver_fw_range or len(driver_fw_range) != 2:
+        return "OK"
+    lo, hi = (common.version_tuple(v) for v in driver_fw_range)
+    fw = common.version_tuple(firmware)
+    return "OK" if lo <= fw[: len(lo)] and fw[: len(hi)] <= hi else "NOK"
+
+
+class Node:
+    """A node's hardware as npu-smi sees it (config + loaded driver + flashed firmware)."""
+
+    def __init__(self, config: Mapping[str, Any], loaded: Mapping[str, Any]) -> None:
+        self.config = config
+        self.loaded = loaded
+        self.npus: list[Mapping[str, Any]] = list(config["npus"])
+
+    def npu(self, npu_id: int) -> Mapping[str, Any] | None:
+        return next((n for n in self.npus if int(n["id"]) == npu_id), None)
+
+    def row(self, n: Mapping[str, Any]) -> dict[str, Any]:
+        status, _, _ = npu_health(self.config, int(n["id"]))
+        return {
+            "id": n["id"],
+            "name": self.config["model"],
+            "health": status,
+            "power_w": float(n["power_w"]),
+            "temp_c": n["temp_c"],
+            "bus_id": n["bus_id"],
+            "aicore_pct": n.get("aicore_pct", 0),
+            "hbm_used_mb": hbm_used(n),
+            "hbm_total_mb": n["hbm_total_mb"],
+            "processes": n.get("processes") or [],
+        }
+
+    def board(self, n: Mapping[str, Any]) -> dict[str, Any]:
+        pci = self.config["pci"]
+        board = self.config["board"]
+        fw = str(self.loaded.get("firmware_version") or "NA")
+        return {
+            "id": n["id"],
+            "product_name": board["product_name"],
+            "model": board.get("model", "NA"),
+            "manufacturer": board.get("manufacturer", "Huawei"),
+            "serial": n["serial"],
+            "software_version": self.loaded["driver_version"],
+            "firmware_version": fw,
+            "compatibility": compatibility(self.loaded.get("compatible_fw"), fw),
+            "board_id": board["board_id"],
+            "pcb_id": board.get("pcb_id", "A"),
+            "bom_id": board.get("bom_id", "1"),
+            "bus_id": n["bus_id"],
+            "slot_id": n.get("slot_id", int(n["id"])),
+            "vendor_id": "0x" + pci["vendor"][2:].upper(),
+            "device_id": "0x" + pci["device"][2:].upper(),
+            "subsystem_vendor_id": "0x" + pci["subsystem_vendor"][2:].upper(),
+            "subsystem_device_id": "0x" + pci["subsystem_device"][2:].upper(),
+            "chip_name": self.config["model"],
+            "vdie_id": n.get("vdie_id", "NA"),
+            "ndie_id": n.get("ndie_id", "NA"),
+        }
+
+    def usage_values(self, n: Mapping[str, Any]) -> dict[str, Any]:
+        used = hbm_used(n)
+        total = int(n["hbm_total_mb"])
+        return {
+            "id": n["id"],
+            "hbm_total_mb": total,
+            "hbm_usage_pct": round(used * 100 / total) if total else 0,
+            "aicore_pct": n.get("aicore_pct", 0),
+            "ctrlcpu_pct": n.get("ctrlcpu_pct", 6),
+            "aicore_freq_mhz": n.get("aicore_freq_mhz", 1800),
+            "aicore_count": n.get("aicore_count", 20),
+            "temp_c": n["temp_c"],
+            "power_w": float(n["power_w"]),
+            "memory_pct": n.get("memory_pct", 6),
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------------
+
+USAGE = """Usage: npu-smi <command> [<args>]
+Commands:
+        info            Show information.
+        set             Set configuration.
+        clear           Clear information.
+        upgrade         Upgrade firmware.
+Use "npu-smi <command> -h" to get the help of a command.
+"""
+
+INFO_USAGE = """Usage: npu-smi info <watch|proc-mem|-h|-m|-l|-t type> [Options...]
+Options:
+        -i %d           Card ID
+        -c %d           Chip ID
+        -t %s           Type: board, usages, common, health, ecc, temp, power, topo, memory
+"""
+
+INFO_TYPES = ("board", "usages", "common", "health", "ecc", "temp", "power", "topo", "memory")
+
+
+class UsageError(Exception):
+    pass
+
+
+def _opts(args: Sequence[str]) -> dict[str, str]:
+    """``-t board -i 0 -c 0`` (also ``-i0``) → {"t": "board", "i": "0", "c": "0"}; flags map to ""."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("-") or len(a) < 2:
+            raise UsageError(f"Error: invalid parameter {a}.")
+        key = a[1:]
+        if key in ("t", "i", "c", "b", "f", "a", "d"):
+            if i + 1 >= len(args):
+                raise UsageError(f"Error: parameter -{key} requires a value.")
+            out[key] = args[i + 1]
+            i += 2
+        elif len(key) > 1 and key[0] in "icd" and key[1:].isdigit():
+            out[key[0]] = key[1:]
+            i += 1
+        else:
+            out[key] = ""
+            i += 1
+    return out
+
+
+def _npu_arg(node: Node, opts: Mapping[str, str]) -> Mapping[str, Any]:
+    raw = opts.get("i")
+    if raw is None:
+        raise UsageError("Error: parameter -i is required.")
+    if not raw.isdigit() or node.npu(int(raw)) is None:
+        raise UsageError(f"Error: the card id {raw} is invalid.")
+    chip = opts.get("c")
+    if chip is not None and chip != "0":
+        raise UsageError(f"Error: the chip id {chip} is invalid.")
+    return node.npu(int(raw)) or {}
+
+
+def info(node: Node, args: Sequence[str]) -> str:
+    opts = _opts(args)
+    if "h" in opts:
+        return INFO_USAGE
+    if "l" in opts:
+        return render_list([int(n["id"]) for n in node.npus])
+    if "m" in opts:
+        return render_chip_map([int(n["id"]) for n in node.npus], "Ascend " + str(node.config["model"]))
+    t = opts.get("t")
+    if t is None:
+        if set(opts) - {"i", "c"}:
+            raise UsageError("Error: invalid parameter.\n" + INFO_USAGE)
+        npus = node.npus if "i" not in opts else [_npu_arg(node, opts)]
+        return render_info(
+            common.installed_driver_version() or str(node.loaded["driver_version"]),
+            str(node.loaded["driver_version"]),
+            [node.row(n) for n in npus],
+        )
+    if t not in INFO_TYPES:
+        raise UsageError(f"Error: the type {t} is invalid.\n" + INFO_USAGE)
+    if t == "topo":
+        return render_topo([str(n.get("cpu_affinity", "0-23")) for n in node.npus])
+    n = _npu_arg(node, opts)
+    npu_id = int(n["id"])
+    if t == "board":
+        b = node.board(n)
+        return render_board_chip(b) if "c" in opts else render_board(b)
+    if t == "usages":
+        return render_usages(node.usage_values(n))
+    if t == "common":
+        return render_common(node.usage_values(n))
+    if t == "health":
+        return render_health(*npu_health(node.config, npu_id))
+    if t == "ecc":
+        ecc = (common.faults(dict(node.config)).get("ecc") or {}).get(str(npu_id)) or {}
+        return render_ecc(npu_id, {str(k): int(v) for k, v in ecc.items()})
+    if t == "temp":
+        temp = int(n["temp_c"])
+        return render_temp(npu_id, temp, temp - 4, temp - 4)
+    if t == "power":
+        return render_power(npu_id, float(n["power_w"]))
+    # memory
+    return (
+        "\n".join(
+            _kv(k, v)
+            for k, v in (
+                ("DDR Capacity(MB)", 0),
+                ("DDR Clock Speed(MHz)", 0),
+                ("HBM Capacity(MB)", n["hbm_total_mb"]),
+                ("HBM Clock Speed(MHz)", 1600),
+                ("HBM Temperature(C)", int(n["temp_c"]) + 3),
+                ("HBM Manufacturer ID", "0x57"),
+            )
+        )
+        + "\n"
+    )
+
+
+def run(argv: Sequence[str]) -> tuple[int, str]:
+    """(exit code, stdout) of ``npu-smi argv``."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        return (EXIT_OK if argv else EXIT_ERROR), USAGE
+    config = common.load_config()
+    loaded = common.loaded_driver()
+    if config is None or loaded is None:
+        return EXIT_ERROR, dcmi_failure(DRIVER_NOT_LOADED)
+    forced = common.faults(config).get("dcmi_error")
+    if forced:
+        return EXIT_ERROR, dcmi_failure(int(forced))
+    node = Node(config, loaded)
+    try:
+        if argv[0] == "info":
+            return EXIT_OK, info(node, argv[1:])
+        if argv[0] == "upgrade":
+            opts = _opts(argv[1:])
+            if opts.get("b") == "mcu":
+                _npu_arg(node, opts)
+                return EXIT_OK, render_mcu(str(config.get("mcu_version", "23.3.13")))
+            raise UsageError("Error: the upgrade operation is not supported by this device.")
+        if argv[0] in ("set", "clear"):
+            raise UsageError(f"Error: npu-smi {argv[0]} is not supported on this node.")
+        raise UsageError(f"Error: invalid command {argv[0]}.\n" + USAGE)
+    except UsageError as exc:
+        return EXIT_ERROR, str(exc).rstrip("\n") + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    code, out = run(list(sys.argv[1:] if argv is None else argv))
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    return code
