@@ -42,8 +42,9 @@ NETWORK_LOCK = Path("/run/lock/provision-sim.lock")
 STOP_GRACE_S = 5.0
 KILL_WAIT_S = 3.0
 BOOT_TIMEOUT_S = 120.0
-# Unix socket paths are limited to 107 bytes; "cp/" + a 40-character %C hash must fit.
-MAX_CONTROL_DIR_LENGTH = 60
+# Unix socket paths are limited to 107 bytes: "<control dir>/<ip>" plus the 17 characters ssh appends
+# to name the socket while it creates it.
+MAX_CONTROL_DIR_LENGTH = 107 - 17 - len("/255.255.255.255")
 
 Progress = Callable[[str], None]
 
@@ -290,7 +291,7 @@ class Cluster:
         common = f"-o UserKnownHostsFile={self.known_hosts}"
         if len(str(self.control_dir)) <= MAX_CONTROL_DIR_LENGTH:
             # Masters of this cluster only: a later cluster reusing the addresses never meets a stale one.
-            common += f" -o ControlPath={self.control_dir}/%C"
+            common += f" -o ControlPath={self.control_dir}/%h"
         lines = [
             f"# Simulated cluster {self.name!r}, written by `provision sim up`.",
             f"# Node host keys were recorded at `up` in {self.known_hosts}: host key checking stays on.",
@@ -323,11 +324,12 @@ class Cluster:
         for node in self.nodes:
             nodes.stop(node)
         survivors = self._wait_stopped(STOP_GRACE_S)
+        warnings = []
         for node in survivors:
+            warnings.append(f"{node.name} did not power off within {STOP_GRACE_S:.0f} s: killed")
             nodes.kill(node)
         survivors = self._wait_stopped(KILL_WAIT_S)
 
-        warnings = []
         for node in self.nodes:
             nodes.unmount(node)
         for netns in [node.netns for node in self.nodes] + [self.controller_netns]:

@@ -1,0 +1,328 @@
+"""The simulated cluster itself: real SSH, real Ansible, flavours, networking, reboot, clean teardown.
+
+The unit tests at the top need nothing; the ``cluster`` tests need root and systemd-nspawn (see conftest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import AnsibleRunner, run_ansible, start_sim_cluster
+
+from provision.errors import EnvironmentProblem, InputError
+from provision.sim import flavours, nodes
+from provision.sim.cluster import Cluster
+from provision.sim.network import Subnet
+from provision.sim.nodes import Node
+
+PROVISION = [sys.executable, "-m", "provision"]
+
+# What ansible-core reports for each flavour (the contract roles dispatch on).
+EXPECTED_FACTS = {
+    "openeuler-22.03": {
+        "distribution": "openEuler",
+        "distribution_version": "22.03",
+        "distribution_major_version": "22",
+        "distribution_release": "LTS-SP1",
+        "os_family": "RedHat",
+        "pkg_mgr": "dnf",
+    },
+    "openeuler-24.03": {
+        "distribution": "openEuler",
+        "distribution_version": "24.03",
+        "distribution_major_version": "24",
+        "distribution_release": "LTS-SP1",
+        "os_family": "RedHat",
+        "pkg_mgr": "dnf",
+    },
+    "ubuntu-22.04": {
+        "distribution": "Ubuntu",
+        "distribution_version": "22.04",
+        "distribution_major_version": "22",
+        "distribution_release": "jammy",
+        "os_family": "Debian",
+        "pkg_mgr": "apt",
+    },
+}
+
+
+# -- unit: no cluster ---------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("spec", "count", "expected"),
+    [
+        ("openeuler-22.03", 2, ["openeuler-22.03", "openeuler-22.03"]),
+        ("openeuler-22.03,ubuntu-22.04", 3, ["openeuler-22.03", "ubuntu-22.04", "openeuler-22.03"]),
+        (" Ubuntu-22.04 , openeuler-24.03", 2, ["ubuntu-22.04", "openeuler-24.03"]),
+    ],
+)
+def test_os_list_is_used_in_turn(spec: str, count: int, expected: list[str]) -> None:
+    assert [f.key for f in flavours.parse_os_list(spec, count)] == expected
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("spec", "count", "message"),
+    [
+        ("centos-7", 1, "unknown flavour centos-7"),
+        ("", 1, "no flavour given"),
+        ("ubuntu-22.04,openeuler-22.03", 1, "lists 2 flavours for 1 node"),
+    ],
+)
+def test_bad_os_list_is_an_input_error(spec: str, count: int, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        flavours.parse_os_list(spec, count)
+
+
+@pytest.mark.unit
+def test_inventory_keeps_host_key_checking_on() -> None:
+    folder = Path("/var/lib/provision-sim/c")
+    node = Node("c", "node1", 1, "ubuntu-22.04", "10.200.7.11", 8, folder / "nodes/node1")
+    cluster = Cluster(name="c", dir=folder, subnet=Subnet(7), base=Path("/base"), nodes=[node])
+    lines = cluster.inventory().splitlines()
+    assert "[npu_nodes]" in lines
+    host_line = next(line for line in lines if line.startswith("node1 "))
+    assert host_line == (
+        f"node1 ansible_host=10.200.7.11 ansible_user=root ansible_ssh_private_key_file={folder}/id_ed25519"
+        " ansible_python_interpreter=/usr/bin/python3"
+        f" ansible_ssh_common_args='-o UserKnownHostsFile={folder}/known_hosts -o ControlPath={folder}/cp/%h'"
+    )
+    assert "StrictHostKeyChecking=no" not in cluster.inventory()
+
+
+@pytest.mark.unit
+def test_subnet_addresses() -> None:
+    subnet = Subnet(3)
+    assert (subnet.controller_ip, subnet.host_ip, subnet.node_ip(1), subnet.node_ip(10)) == (
+        "10.200.3.1",
+        "10.200.3.254",
+        "10.200.3.11",
+        "10.200.3.20",
+    )
+
+
+@pytest.mark.unit
+def test_without_root_up_says_what_is_needed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(EnvironmentProblem, match="must run as root"):
+        Cluster.up("nobody", nodes=1, root=tmp_path)
+
+
+@pytest.mark.unit
+def test_cli_status_and_down_of_a_missing_cluster(tmp_path: Path) -> None:
+    env = {**os.environ, "PROVISION_SIM_DIR": str(tmp_path), "CI": "1"}
+    status = subprocess.run(
+        [*PROVISION, "sim", "status", "--name", "absent"], capture_output=True, text=True, env=env
+    )
+    assert status.returncode == 1
+    assert "no simulated cluster 'absent'" in status.stderr
+    down = subprocess.run(
+        [*PROVISION, "sim", "down", "--name", "absent"], capture_output=True, text=True, env=env
+    )
+    assert down.returncode == 0, down.stderr
+    assert "nothing to do" in down.stdout
+
+
+# -- the session cluster ------------------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+def test_every_node_answers_ansible_over_ssh(sim_cluster: Cluster, sim_ansible: AnsibleRunner) -> None:
+    done = sim_ansible("all", "ping", "", "-o")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for node in sim_cluster.nodes:
+        assert f"{node.name} | SUCCESS" in done.stdout
+
+
+@pytest.mark.cluster
+def test_host_keys_were_recorded_at_up(sim_cluster: Cluster) -> None:
+    """Strict host key checking against the cluster's known_hosts succeeds; an empty one fails."""
+    node = sim_cluster.nodes[0]
+
+    def ssh(known_hosts: Path) -> subprocess.CompletedProcess[str]:
+        options = {
+            "BatchMode": "yes",
+            "StrictHostKeyChecking": "yes",
+            "UserKnownHostsFile": str(known_hosts),
+            "GlobalKnownHostsFile": "/dev/null",
+            "ControlPath": "none",
+        }
+        argv = ["ssh", "-i", str(sim_cluster.private_key)]
+        for key, value in options.items():
+            argv += ["-o", f"{key}={value}"]
+        argv += [f"root@{node.ip}", "hostname"]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+
+    recorded = ssh(sim_cluster.known_hosts)
+    assert (recorded.returncode, recorded.stdout.strip()) == (0, node.name), recorded.stderr
+    unknown = ssh(Path("/dev/null"))
+    assert unknown.returncode != 0
+    assert "Host key verification failed" in unknown.stderr
+
+
+@pytest.mark.cluster
+def test_flavour_facts(sim_cluster: Cluster, sim_ansible: AnsibleRunner, tmp_path: Path) -> None:
+    done = sim_ansible("all", "setup", "", "--tree", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for node in sim_cluster.nodes:
+        facts = json.loads((tmp_path / node.name).read_text())["ansible_facts"]
+        observed = {key: facts[f"ansible_{key}"] for key in EXPECTED_FACTS[node.flavour]}
+        assert observed == EXPECTED_FACTS[node.flavour], node.name
+        assert facts["ansible_hostname"] == node.name
+        assert facts["ansible_service_mgr"] == "systemd"
+        # The node's own network, also in /sys (Ansible reads interfaces from /sys/class/net).
+        assert sorted(facts["ansible_interfaces"]) == ["eth0", "lo"]
+        assert facts["ansible_default_ipv4"]["address"] == node.ip
+        assert facts["ansible_default_ipv4"]["gateway"] == sim_cluster.controller_ip
+
+
+@pytest.mark.cluster
+def test_openeuler_nodes_have_dnf_and_rpm_but_no_apt(sim_cluster: Cluster) -> None:
+    for node in sim_cluster.nodes:
+        present = sim_cluster.exec(
+            node.name, ["sh", "-c", "for t in dnf rpm apt-get; do command -v $t; done"]
+        )
+        if node.flavour.startswith("openeuler"):
+            assert present.stdout.split() == ["/usr/bin/dnf", "/usr/bin/rpm"], node.name
+            assert sim_cluster.exec(node.name, ["rpm", "--eval", "%_dbpath"]).stdout.strip() == "/var/lib/rpm"
+        else:
+            assert present.stdout.split() == ["/usr/bin/apt-get"], node.name
+
+
+@pytest.mark.cluster
+def test_base_lacks_pciutils_and_net_tools(sim_cluster: Cluster) -> None:
+    """The driver installer's "missing tools" failure depends on it; roles install them."""
+    installed = (sim_cluster.base / "var/lib/dpkg/status").read_text()
+    assert "Package: pciutils\n" not in installed
+    assert "Package: net-tools\n" not in installed
+
+
+@pytest.mark.cluster
+def test_nodes_reach_each_other_by_name(sim_cluster: Cluster, sim_ansible: AnsibleRunner) -> None:
+    names = " ".join(node.name for node in sim_cluster.nodes)
+    script = f"for h in {names}; do ping -c1 -W2 $h >/dev/null || {{ echo unreachable $h; exit 1; }}; done"
+    done = sim_ansible("all", "shell", script)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.cluster
+def test_no_route_leaves_the_cluster(sim_cluster: Cluster) -> None:
+    """Nodes route everything else to the controller namespace, which has no route onwards."""
+    routes = subprocess.run(
+        ["nsenter", f"--net={sim_cluster.controller_netns_path}", "ip", "-json", "-4", "route", "show"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert [(route["dst"], route["dev"]) for route in json.loads(routes)] == [
+        (sim_cluster.subnet.cidr, "br0")
+    ]
+    node_routes = sim_cluster.exec(
+        sim_cluster.nodes[0].name, ["ip", "-4", "route", "get", "192.0.2.1"]
+    ).stdout
+    assert f"via {sim_cluster.controller_ip} dev eth0" in node_routes
+
+
+@pytest.mark.cluster
+def test_reboot_really_reboots(sim_cluster: Cluster, sim_ansible: AnsibleRunner) -> None:
+    node = sim_cluster.nodes[-1]
+    boot_id = Path("/proc/sys/kernel/random/boot_id")
+    before = sim_cluster.exec(node.name, ["cat", str(boot_id)]).stdout.strip()
+    boots = node.boots
+    done = sim_ansible(node.name, "reboot", "reboot_timeout=120")
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = sim_ansible(node.name, "command", f"cat {boot_id}")
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert before and before not in after.stdout
+    assert node.boots == boots + 1
+    assert sim_ansible(node.name, "ping").returncode == 0
+
+
+@pytest.mark.cluster
+def test_cli_status_and_inventory(sim_cluster: Cluster) -> None:
+    env = {**os.environ, "CI": "1"}
+    name = ["--name", sim_cluster.name]
+    status = subprocess.run(
+        [*PROVISION, "sim", "status", *name, "--json"], capture_output=True, text=True, env=env
+    )
+    assert status.returncode == 0, status.stderr
+    states = {node["name"]: node["state"] for node in json.loads(status.stdout)["nodes"]}
+    assert states == {node.name: "running" for node in sim_cluster.nodes}
+    inventory = subprocess.run(
+        [*PROVISION, "sim", "inventory", *name], capture_output=True, text=True, env=env
+    )
+    assert inventory.returncode == 0, inventory.stderr
+    assert inventory.stdout == sim_cluster.inventory_path.read_text()
+
+
+# -- clusters of their own ----------------------------------------------------------------------------
+
+
+def _traces(cluster: Cluster) -> dict[str, list[str]]:
+    """Everything of ``cluster`` that `down` must remove."""
+    pids = [ref.pid for node in cluster.nodes for ref in nodes.processes(node)]
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    mounts = Path("/proc/mounts").read_text()
+    return {
+        "processes": [str(pid) for pid in pids if Path(f"/proc/{pid}").exists()],
+        "namespaces": [
+            line for line in namespaces.splitlines() if line.split()[0].startswith(f"psim-{cluster.name}")
+        ],
+        "mounts": [line for line in mounts.splitlines() if str(cluster.dir) in line],
+        "interfaces": [cluster.subnet.host_interface]
+        if Path(f"/sys/class/net/{cluster.subnet.host_interface}").exists()
+        else [],
+        "files": [str(cluster.dir)] if cluster.dir.exists() else [],
+    }
+
+
+def _assert_down_leaves_nothing(cluster: Cluster) -> None:
+    before = _traces(cluster)
+    assert len(before["processes"]) == 3 * len(cluster.nodes)  # supervisor, systemd-nspawn, node init
+    assert len(before["namespaces"]) == len(cluster.nodes) + 1
+    assert len(before["mounts"]) == len(cluster.nodes)
+    pids = [ref for node in cluster.nodes for ref in nodes.processes(node)]
+    assert cluster.down() == []
+    assert _traces(cluster) == {
+        "processes": [],
+        "namespaces": [],
+        "mounts": [],
+        "interfaces": [],
+        "files": [],
+    }
+    assert not [ref.pid for ref in pids if ref.alive()]
+    assert Cluster.load(cluster.name) is None
+
+
+@pytest.mark.cluster
+def test_down_leaves_nothing() -> None:
+    cluster = start_sim_cluster("pytest-down", nodes=2, os_list="ubuntu-22.04,openeuler-22.03")
+    try:
+        assert all(node.state == "running" for node in cluster.status())
+    finally:
+        _assert_down_leaves_nothing(cluster)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_ten_nodes_up_and_down() -> None:
+    started = time.monotonic()
+    cluster = start_sim_cluster("pytest-ten", nodes=10, os_list="openeuler-22.03,ubuntu-22.04")
+    try:
+        print(f"10 nodes: {cluster.timings} (total with cleanup {time.monotonic() - started:.1f} s)")
+        assert cluster.timings["total"] - cluster.timings["base"] < 15  # target 5 s; slack for busy CI
+        done = run_ansible(cluster.inventory_path, "all", "ping", "", "-o", "--forks", "10")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.count("SUCCESS") == 10
+    finally:
+        down_started = time.monotonic()
+        _assert_down_leaves_nothing(cluster)
+        print(f"10 nodes down in {time.monotonic() - down_started:.1f} s")
