@@ -182,7 +182,8 @@ def node_config(
     """The content of a node's ``hardware.json`` (values derive from ``index`` so nodes differ).
 
     NPU ``n`` of node ``index`` has the RoCE address ``<npu_net>.<n>.<10 + index>/24`` (one /24 per NPU
-    "rail", like real multi-node HCCL fabrics), gateway and netdetect address ``<npu_net>.<n>.1``.
+    "rail", like real multi-node HCCL fabrics) and gateway ``<npu_net>.<n>.1``; no netdetect address
+    (``-net_health -g`` says ``Init`` until ``-netdetect -s`` sets one).
     """
     if model not in MODELS:
         raise ProvisionError(f"unknown NPU model {model!r}; known: {', '.join(MODELS)}")
