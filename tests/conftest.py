@@ -51,7 +51,10 @@ def require_sim_host() -> None:
     try:
         require_host()
     except EnvironmentProblem as exc:
-        sim_unavailable(str(exc))
+        reason = str(exc)
+    else:
+        return
+    sim_unavailable(reason)
 
 
 def start_sim_cluster(name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS) -> Cluster:
@@ -62,8 +65,9 @@ def start_sim_cluster(name: str, *, nodes: int, os_list: str, npus: int = SIM_CL
         leftover.down()
     try:
         return Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus)
-    except EnvironmentProblem as exc:
-        sim_unavailable(str(exc))
+    except EnvironmentProblem as exc:  # e.g. mmdebstrap missing to build the base
+        reason = str(exc)
+    sim_unavailable(reason)
 
 
 class _Teardown:

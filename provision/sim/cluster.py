@@ -179,8 +179,8 @@ class Cluster:
         check_name(name)
         if not 1 <= nodes <= network.MAX_NODES:
             raise InputError(f"--nodes must be between 1 and {network.MAX_NODES}, not {nodes}")
-        if not 0 <= npus <= MAX_NPUS:
-            raise InputError(f"--npus must be between 0 and {MAX_NPUS}, not {npus}")
+        if not 1 <= npus <= MAX_NPUS:
+            raise InputError(f"--npus must be between 1 and {MAX_NPUS}, not {npus}")
         node_flavours = flavours.parse_os_list(os_list, nodes)
         require_host()
         folder = (root or state_root()) / name

@@ -6,7 +6,10 @@ written into the node's copy-on-write layer before boot:
 - ``/etc/os-release`` (and ``/usr/lib/os-release``) of the real distribution, so ``ansible_facts`` report it;
 - the package manager of the real distribution stays visible, the other one is hidden with an overlayfs
   whiteout: openEuler nodes have ``dnf``/``rpm`` but no ``apt-get``, Ubuntu nodes have ``apt`` but no ``dnf``.
-  A role that calls the wrong package manager then fails here as it would on the real system.
+  A role that calls the wrong package manager then fails here as it would on the real system. (Ansible
+  alone would not need it: for os_family RedHat ``pkg_mgr`` is ``dnf`` whenever ``/usr/bin/dnf`` exists, and
+  for Debian it is always ``apt``.) ``rpm`` keeps its database in ``/var/lib/rpm`` as on openEuler
+  (``/etc/rpm/macros``; Debian's default is ``~/.rpmdb``), so ``ansible.builtin.dnf`` installs for real.
 
 What Ansible (ansible-core 2.19) reports, checked by ``tests/integration/test_sim_cluster.py``:
 
