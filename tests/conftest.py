@@ -32,7 +32,12 @@ SIM_CLUSTER_OS = "openeuler-22.03,ubuntu-22.04,openeuler-24.03"
 SIM_CLUSTER_NODES = 3
 SIM_CLUSTER_NPUS = 8
 
+# sim_ansible(pattern, module, args="", *extra_cli_args, timeout=300)
 AnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
+# run_ansible(inventory, pattern, module, args="", *extra_cli_args, timeout=300)
+InventoryAnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
+# sim_cluster_factory(name, *, nodes, os_list, npus=8)
+ClusterFactory = Callable[..., Cluster]
 
 
 def sim_unavailable(reason: str) -> NoReturn:
@@ -57,7 +62,7 @@ def require_sim_host() -> None:
     sim_unavailable(reason)
 
 
-def start_sim_cluster(name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS) -> Cluster:
+def _start_cluster(name: str, *, nodes: int, os_list: str, npus: int) -> Cluster:
     """Bring up a cluster (removing a leftover of the same name first), or skip/fail with the reason."""
     require_sim_host()
     leftover = Cluster.load(name)
@@ -105,14 +110,34 @@ def sim_cluster(request: pytest.FixtureRequest) -> Cluster:
     ``inventory_path``, ``private_key``, ``known_hosts``, ``controller_ip`` and ``exec(node, argv)``.
     Shared by the whole session: tests may change nodes but must leave them running.
     """
-    cluster = start_sim_cluster(
+    cluster = _start_cluster(
         SIM_CLUSTER_NAME, nodes=SIM_CLUSTER_NODES, os_list=SIM_CLUSTER_OS, npus=SIM_CLUSTER_NPUS
     )
+    _tear_down_at_end(request, cluster)
+    return cluster
+
+
+def _tear_down_at_end(request: pytest.FixtureRequest, cluster: Cluster) -> None:
     teardown = _Teardown(cluster)
     request.addfinalizer(teardown)
     atexit.register(teardown)
     _interrupt_on_sigterm()
-    return cluster
+
+
+@pytest.fixture
+def sim_cluster_factory(request: pytest.FixtureRequest) -> ClusterFactory:
+    """Start extra clusters for one test: ``sim_cluster_factory("t-ten", nodes=10, os_list="ubuntu-22.04")``.
+
+    Each is removed when the test ends (if the test did not call ``down`` itself). Names must differ from
+    the session cluster's (``pytest``); clusters get their own subnet, so they run next to it.
+    """
+
+    def start(name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS) -> Cluster:
+        cluster = _start_cluster(name, nodes=nodes, os_list=os_list, npus=npus)
+        _tear_down_at_end(request, cluster)
+        return cluster
+
+    return start
 
 
 @pytest.fixture(scope="session")
@@ -121,7 +146,7 @@ def sim_inventory(sim_cluster: Cluster) -> Path:
     return sim_cluster.inventory_path
 
 
-def run_ansible(
+def _run_ansible(
     inventory: Path, pattern: str, module: str, args: str = "", *extra: str, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """``ansible <pattern> -m <module> -a <args>`` with the project's ansible.cfg (SSH, host keys checked)."""
@@ -142,6 +167,12 @@ def sim_ansible(sim_inventory: Path) -> AnsibleRunner:
     def ansible(
         pattern: str, module: str, args: str = "", *extra: str, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
-        return run_ansible(sim_inventory, pattern, module, args, *extra, timeout=timeout)
+        return _run_ansible(sim_inventory, pattern, module, args, *extra, timeout=timeout)
 
     return ansible
+
+
+@pytest.fixture(scope="session")
+def run_ansible() -> InventoryAnsibleRunner:
+    """Ad-hoc Ansible against any inventory: ``run_ansible(cluster.inventory_path, "all", "ping")``."""
+    return _run_ansible

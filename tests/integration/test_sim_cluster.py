@@ -10,10 +10,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import AnsibleRunner, run_ansible, start_sim_cluster
 
 from provision.errors import EnvironmentProblem, InputError
 from provision.sim import flavours, nodes
@@ -22,6 +22,9 @@ from provision.sim.network import Subnet
 from provision.sim.nodes import Node
 
 PROVISION = [sys.executable, "-m", "provision"]
+# The fixtures of tests/conftest.py (sim_ansible, run_ansible, sim_cluster_factory).
+AnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
+ClusterFactory = Callable[..., Cluster]
 
 # What ansible-core reports for each flavour (the contract roles dispatch on).
 EXPECTED_FACTS = {
@@ -303,8 +306,8 @@ def _assert_down_leaves_nothing(cluster: Cluster) -> None:
 
 
 @pytest.mark.cluster
-def test_down_leaves_nothing() -> None:
-    cluster = start_sim_cluster("pytest-down", nodes=2, os_list="ubuntu-22.04,openeuler-22.03")
+def test_down_leaves_nothing(sim_cluster_factory: ClusterFactory) -> None:
+    cluster = sim_cluster_factory("pytest-down", nodes=2, os_list="ubuntu-22.04,openeuler-22.03")
     try:
         assert all(node.state == "running" for node in cluster.status())
     finally:
@@ -313,9 +316,9 @@ def test_down_leaves_nothing() -> None:
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_ten_nodes_up_and_down() -> None:
+def test_ten_nodes_up_and_down(sim_cluster_factory: ClusterFactory, run_ansible: AnsibleRunner) -> None:
     started = time.monotonic()
-    cluster = start_sim_cluster("pytest-ten", nodes=10, os_list="openeuler-22.03,ubuntu-22.04")
+    cluster = sim_cluster_factory("pytest-ten", nodes=10, os_list="openeuler-22.03,ubuntu-22.04")
     try:
         print(f"10 nodes: {cluster.timings} (total with cleanup {time.monotonic() - started:.1f} s)")
         assert cluster.timings["total"] - cluster.timings["base"] < 15  # target 5 s; slack for busy CI
