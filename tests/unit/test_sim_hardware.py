@@ -22,9 +22,7 @@ from provision.sim.hardware.testroot import SimRoot
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared/reference/samples"
-if not SAMPLES.is_dir():  # a checkout outside the workspace keeps a copy in tests/fixtures
-    SAMPLES = Path(__file__).resolve().parents[1] / "fixtures/samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures/samples"  # verbatim copies of shared/reference
 ARCH = os.uname().machine
 NPU_SMI = "/usr/local/bin/npu-smi"
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"

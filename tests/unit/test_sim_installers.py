@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from provision.ascend import npu_smi, versions
-from provision.sim import mirror
+from provision.sim import hardware, mirror
+from provision.sim.hardware.node.ascendsim import installer
 from provision.sim.hardware.testroot import SimRoot
 
 pytestmark = pytest.mark.unit
+
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures/samples"
 
 ARCH = os.uname().machine
 OTHER_ARCH = "aarch64" if ARCH == "x86_64" else "x86_64"
@@ -549,3 +552,89 @@ def test_crash_knob_for_cann_packages(sim: SimRoot, repo: Mirror) -> None:
     assert not sim.path(f"/usr/local/Ascend/cann-9.1.0/{ARCH}-linux/ascend_toolkit_install.info").exists()
     sim.set_faults({"installer_crash": None})
     ok(sim.run([repo[TOOLKIT], "--install", "--quiet"]))
+
+
+# ------------------------------------------------------------------------------------------------
+# formats against the verbatim samples
+# ------------------------------------------------------------------------------------------------
+
+
+def sample_segments(name: str) -> list[str]:
+    """Runs of non-comment lines of a sample file (blank edges trimmed)."""
+    groups: list[list[str]] = [[]]
+    for line in (SAMPLES / name).read_text(encoding="utf-8").split("\n"):
+        if line.startswith("#"):
+            groups.append([])
+        else:
+            groups[-1].append(line)
+    out = []
+    for group in groups:
+        text = "\n".join(group).strip("\n")
+        if text.strip():
+            out.append(text + "\n")
+    return out
+
+
+def test_version_files_match_samples() -> None:
+    driver_a, firmware_a, _driver_b, _firmware_b, cann_85, cann_82 = sample_segments(
+        "driver_version_info.txt"
+    )
+    driver = {
+        "version": "25.0.rc1.1",
+        "compatible_fw": ["7.0.0", "7.7.99"],
+        "innerversion": "V100R001C21SPC002B220",
+    }
+    assert installer.driver_version_info(driver) == driver_a
+    assert (
+        installer.firmware_version_info({"version": "7.7.0.1.231", "package_version": "25.0.rc1.1"})
+        == firmware_a
+    )
+    toolkit = {"component": "toolkit", "name": "Ascend-cann-toolkit_8.5.0_linux-aarch64", "arch": "aarch64"}
+    assert (
+        installer.cann_info({**toolkit, "version": "8.5.0"}, "/usr/local/Ascend/cann-8.5.0/aarch64-linux")
+        == cann_85
+    )
+    old = {**toolkit, "version": "8.2.RC1", "innerversion": "V100R001C22SPC001B231"}
+    assert installer.cann_info(old, "/usr/local/Ascend/ascend-toolkit/8.2.RC1/aarch64-linux") == cann_82
+
+
+def _messages(text: str) -> list[str]:
+    return [
+        re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "T", e.message)
+        for e in versions.parse_install_log(text).entries
+    ]
+
+
+def test_install_output_follows_the_sample_logs(sim: SimRoot, repo: Mirror) -> None:
+    driver_sample, firmware_sample = sample_segments("driver_firmware_install_logs.txt")
+    res = sim.run(
+        [repo[DRIVER], "--full", "--install-username=root", "--install-usergroup=root", "--install-for-all"]
+    )
+    ok(res)
+    assert res.stdout.splitlines()[0] == driver_sample.splitlines()[0]  # Verifying archive integrity...
+    want, got = _messages(driver_sample), _messages(res.stdout)
+    assert got[:10] == want[:10]  # Start time ... upgradePercentage:90%
+    assert got[10] == "upgradePercentage:100%" and got[-1] == want[-1]  # End time
+    # the simulated driver is loaded at the next boot (the sample's driver loaded immediately)
+    assert (
+        got[11]
+        == "Driver package installed successfully! Reboot needed for installation/upgrade to take effect!"
+    )
+    res = sim.run([repo[FIRMWARE], "--full"])
+    assert res.returncode == 2
+    want, got = _messages(firmware_sample), _messages(res.stdout)
+    assert got[:5] == want[:5]
+    assert got[-3:] == want[-3:]  # chips upgraded, installed successfully, End time
+
+
+def test_npu_smi_in_sbin(sim: SimRoot, repo: Mirror) -> None:
+    path = sim.path(hardware.HW_CONFIG)
+    config = json.loads(path.read_text())
+    config["npu_smi_path"] = "/usr/local/sbin/npu-smi"
+    path.write_text(json.dumps(config))
+    ok(sim.run([repo[DRIVER], "--full", "--quiet"]))
+    assert sim.path("/usr/local/sbin/npu-smi").is_file() and not sim.path(NPU_SMI).exists()
+    ok(sim.reboot())
+    ok(sim.tool("/usr/local/sbin/npu-smi", "info"))
+    ok(sim.run([repo[DRIVER], "--uninstall"]))
+    assert not sim.path("/usr/local/sbin/npu-smi").exists()
