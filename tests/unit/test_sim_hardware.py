@@ -521,6 +521,33 @@ def test_hccn_ping_unreachable_in_an_empty_namespace(node: SimRoot) -> None:
     assert not hccn.parse_hccn_ping(res.stdout).success
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+@pytest.mark.skipif(not _icmp_allowed(), reason="no ICMP socket permitted here")
+def test_hccn_ping_runs_in_the_npu_fabric_namespace(node: SimRoot) -> None:
+    # 127.0.0.1 answers in this namespace ...
+    assert hccn.parse_hccn_ping(
+        node.tool(HCCN, "-i", "0", "-ping", "-g", "address", "127.0.0.1").stdout
+    ).success
+    # ... but not in a fresh namespace (loopback down) standing in for the NPU fabric
+    holder = subprocess.Popen(["unshare", "--net", "sleep", "60"])
+    try:
+        link = node.path("/run/provision-sim/npu-netns")
+        for _ in range(100):
+            ns = Path(f"/proc/{holder.pid}/ns/net")
+            if ns.exists() and os.readlink(ns) != os.readlink("/proc/self/ns/net"):
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        link.symlink_to(f"/proc/{holder.pid}/ns/net")
+        res = node.tool(HCCN, "-i", "0", "-ping", "-g", "address", "127.0.0.1", "pkt", "1")
+        assert res.returncode == 0, res.stdout
+        assert not hccn.parse_hccn_ping(res.stdout).success
+        node.tool(HCCN, "-i", "0", "-netdetect", "-s", "address", "127.0.0.1")
+        assert not hccn.parse_hccn_net_health(node.tool(HCCN, "-i", "0", "-net_health", "-g").stdout).ok
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_hccn_without_loaded_driver(tmp_path: Path) -> None:
     sim = SimRoot.create(tmp_path)
     res = sim.engine("hccn_tool", "-i", "0", "-link", "-g")

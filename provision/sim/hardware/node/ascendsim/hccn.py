@@ -5,14 +5,17 @@ verbatim capture (netdetect, gateway, ping) they print exactly the formats that
 ``provision.ascend.hccn`` documents. Setters persist to ``/etc/hccn.conf`` (``address_N=``,
 ``netmask_N=``, ``netdetect_N=``, ``gateway_N=``), which then overrides ``hardware.json``.
 
-``-ping -g address X [pkt N]`` REALLY sends ICMP echo requests from the node's network namespace
-(a raw ICMP socket, falling back to an unprivileged ping socket), with the NPU port's address as
-source when that address is configured on an interface of the namespace (otherwise unbound).
-``-net_health -g`` probes the netdetect address the same way (one packet, 1 s).
+``-ping -g address X [pkt N]`` REALLY sends ICMP echo requests (a raw ICMP socket, falling back to
+an unprivileged ping socket), with the NPU port's address as source when that address is configured
+on an interface (otherwise unbound). Where: in the "NPU fabric" network namespace when the node has
+one — the file named by ``npu_netns`` in hardware.json (default ``/run/provision-sim/npu-netns``, a
+bind mount of a netns file made by the cluster code), entered with setns(2) — else in the node's own
+network namespace. ``-net_health -g`` probes the netdetect address the same way (one packet, 0.5 s).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import select
@@ -28,6 +31,8 @@ from . import common
 EXIT_OK = 0
 EXIT_ERROR = 1
 NOT_LOADED = "dcmi module initialize failed. ret is -8020\n"
+NPU_NETNS = "/run/provision-sim/npu-netns"
+CLONE_NEWNET = 0x40000000
 
 USAGE = """Usage: hccn_tool -i <device_id> <command> -g|-s [<args>]
 Commands: -ip -link -net_health -netdetect -gateway -tls -lldp -fec -link_stat -ping
@@ -41,6 +46,22 @@ class HccnError(Exception):
 # ------------------------------------------------------------------------------------------------
 # ICMP echo
 # ------------------------------------------------------------------------------------------------
+
+
+def enter_npu_netns(config: Mapping[str, Any]) -> bool:
+    """Move this process into the NPU fabric's network namespace when the node has one."""
+    path = common.host_path(str(config.get("npu_netns") or NPU_NETNS))
+    if not path.exists():
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({common.node_path(path)}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+    return True
 
 
 def _checksum(data: bytes) -> int:
@@ -173,7 +194,8 @@ class Port:
         if not target:
             return "Init"
         try:
-            rtts = icmp_echo(target, count=1, timeout=1.0, source=self.address)
+            enter_npu_netns(self.config)
+            rtts = icmp_echo(target, count=1, timeout=0.5, source=self.address)
         except OSError:
             return "Socket fail"
         return "Success" if rtts and rtts[0] is not None else "Receive timeout"
@@ -208,6 +230,10 @@ def ping(port: Port, args: Sequence[str]) -> str:
     if not target or not _valid_ip(target):
         raise HccnError("Error: please input a valid address: -ping -g address A.B.C.D [pkt N]")
     count = int(opts.get("pkt", "3"))
+    try:
+        enter_npu_netns(port.config)
+    except OSError as exc:
+        raise HccnError(f"Error: the network of device {port.id} is not available ({exc}).") from None
     lines = [f"PING {target} from device {port.id}"]
     if port.link_up:
         try:
