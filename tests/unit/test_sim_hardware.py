@@ -151,6 +151,8 @@ def test_node_config_values_derive_from_index() -> None:
     assert [n["bus_id"] for n in a["npus"]] == B3_BUS
     assert [n["ip"] for n in a["npus"]] == [f"10.201.{i}.11" for i in range(8)]
     assert [n["ip"] for n in b["npus"]] == [f"10.201.{i}.12" for i in range(8)]
+    assert hardware.npu_fabric_addresses(2, 8) == [f"10.201.{i}.12/24" for i in range(8)]
+    assert hardware.npu_fabric_gateways(2) == ["10.201.0.1/24", "10.201.1.1/24"]
     assert [n["power_w"] for n in a["npus"]] != [n["power_w"] for n in b["npus"]]
     assert {n["serial"] for n in a["npus"]}.isdisjoint({n["serial"] for n in b["npus"]})
     assert a["npus"][0]["hbm_total_mb"] == 65536

@@ -26,6 +26,20 @@ Fault knobs (``faults`` in hardware.json; the tools read the file on every call)
                      line (``kill``: dies by SIGKILL, exit 137, no error line).
 A missing prerequisite needs no knob: leave the package (pciutils, net-tools, dkms, gcc, make, kernel
 headers) or the ``HwHiAiUser`` account out of the node.
+
+What the cluster code provides (nothing else is needed for the tools to work):
+
+* PCI view: nothing — the boot unit bind-mounts its tree over ``/sys/bus/pci`` inside the node (needs
+  CAP_SYS_ADMIN, which nspawn grants root in the container).
+* NPU fabric for ``hccn_tool -ping`` / ``-net_health`` (optional): a network namespace per node holding
+  :func:`npu_fabric_addresses` on one interface, all of them joined to a bridge that carries
+  :func:`npu_fabric_gateways`, bind-mounted into the node with
+  ``--bind-ro=/run/netns/<npu-netns>:/run/provision-sim/npu-netns``. Without it the ICMP probes run in
+  the node's own namespace (so only addresses reachable there answer).
+* The ``.run`` files of :mod:`provision.sim.mirror`, built for the nodes' ``uname -m``, served over HTTP.
+* In the package mirror: pciutils, net-tools, dkms, gcc, make and a package creating
+  ``/lib/modules/$(uname -r)/build`` (Debian) or ``/usr/src/kernels/$(uname -r)`` (openEuler
+  ``kernel-devel-$(uname -r)``) for the HOST kernel release, which is what ``uname -r`` says in a node.
 """
 
 from __future__ import annotations
@@ -43,10 +57,13 @@ __all__ = [
     "ENGINE_DIR",
     "HW_CONFIG",
     "MODELS",
+    "NPU_NETNS",
     "UNIT_NAME",
     "install_tools",
     "node_config",
     "node_source",
+    "npu_fabric_addresses",
+    "npu_fabric_gateways",
     "set_faults",
     "write_node_config",
 ]
@@ -55,6 +72,8 @@ NODE_SOURCE = Path(__file__).resolve().parent / "node" / "ascendsim"
 ENGINE_DIR = "/usr/lib/provision-sim"
 HW_CONFIG = "/etc/provision-sim/hardware.json"
 UNIT_NAME = "provision-sim-hardware.service"
+NPU_NETNS = "/run/provision-sim/npu-netns"
+"""Where hccn_tool looks for the NPU fabric's network namespace inside a node."""
 
 MODELS: dict[str, dict[str, int]] = {
     "910B1": {"hbm_mb": 65536, "aicore": 24, "hbm_base_mb": 3400},
@@ -169,6 +188,16 @@ def _cpu_affinity(bus: int) -> tuple[int, str]:
     return numa, f"{first}-{first + 23}"
 
 
+def npu_fabric_addresses(index: int, npus: int, npu_net: str = "10.201") -> list[str]:
+    """The RoCE addresses (CIDR) of node ``index``'s NPU ports: ``<npu_net>.<n>.<10 + index>/24``."""
+    return [f"{npu_net}.{n}.{10 + index}/24" for n in range(npus)]
+
+
+def npu_fabric_gateways(npus: int, npu_net: str = "10.201") -> list[str]:
+    """The fabric side (CIDR) of every NPU rail: ``<npu_net>.<n>.1/24`` (each node's hccn gateway)."""
+    return [f"{npu_net}.{n}.1/24" for n in range(npus)]
+
+
 def node_config(
     *,
     name: str,
@@ -192,7 +221,8 @@ def node_config(
     if not 0 <= index <= 240:
         raise ProvisionError(f"index must be 0..240, got {index}")
     spec = MODELS[model]
-    host = 10 + index
+    addresses = npu_fabric_addresses(index, npus, npu_net)
+    gateways = npu_fabric_gateways(npus, npu_net)
     npu_list: list[dict[str, Any]] = []
     for n in range(npus):
         bus_id = BUS_IDS[n]
@@ -212,9 +242,9 @@ def node_config(
                 "aicore_freq_mhz": 1800,
                 "numa_node": numa,
                 "cpu_affinity": cpus,
-                "ip": f"{npu_net}.{n}.{host}",
+                "ip": addresses[n].split("/")[0],
                 "netmask": "255.255.255.0",
-                "gateway": f"{npu_net}.{n}.1",
+                "gateway": gateways[n].split("/")[0],
                 "netdetect": None,
                 "processes": [],
             }
@@ -242,6 +272,7 @@ def node_config(
         "factory_firmware": factory_firmware,
         "mcu_version": "23.3.13",
         "npu_smi_path": "/usr/local/bin/npu-smi",
+        "npu_netns": NPU_NETNS,
         "npus": npu_list,
         "extra_pci": [dict(d) for d in EXTRA_PCI],
         "faults": dict(faults or {}),
