@@ -20,12 +20,12 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # Runtime OS packages: jemalloc (LD_PRELOAD by the entrypoint) and numactl, unless the base has them.
 # APT_SOURCE (a sources.list line) or YUM_BASEURL (a repository URL) replace the distribution's repositories
-# for this step (air-gapped sites); see docker/install-os-packages.sh.
+# for this step (air-gapped sites); see container/install-os-packages.sh.
 ARG APT_PACKAGES="libjemalloc2 numactl"
 ARG RPM_PACKAGES="jemalloc numactl"
 ARG APT_SOURCE=""
 ARG YUM_BASEURL=""
-COPY docker/install-os-packages.sh /opt/provision/build/
+COPY container/install-os-packages.sh /opt/provision/build/
 RUN /opt/provision/build/install-os-packages.sh
 
 # vllm, vllm-ascend and torch-npu, pinned by the lock. PIP_PACKAGES is the whole requirement list: a site with
@@ -106,4 +106,4 @@ LABEL org.opencontainers.image.title="vllm-ascend" \
       provision.pip-packages="${PIP_PACKAGES}"
 
 # The scripts last: editing the entrypoint or the healthcheck rebuilds this one step.
-COPY docker/entrypoint.sh docker/ascend-env.sh docker/healthcheck.py /opt/provision/
+COPY container/entrypoint.sh container/ascend-env.sh container/healthcheck.py /opt/provision/

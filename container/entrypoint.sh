@@ -11,7 +11,7 @@
 # gets the signals, and its PID is written to $PROVISION_RUN_DIR/engine.pid for the HEALTHCHECK.
 set -euo pipefail
 
-# shellcheck source=docker/ascend-env.sh
+# shellcheck source=container/ascend-env.sh
 . "$(dirname "$0")/ascend-env.sh"
 
 if [ "$#" -eq 0 ]; then
