@@ -332,6 +332,8 @@ class Cluster:
 
         for node in self.nodes:
             nodes.unmount(node)
+            if not nodes.processes(node):
+                warnings += [f"cgroup {path} not removed" for path in nodes.remove_cgroups(node)]
         for netns in [node.netns for node in self.nodes] + [self.controller_netns]:
             strangers = pids_in_netns(network.netns_path(netns))
             if strangers:

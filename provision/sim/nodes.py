@@ -11,7 +11,8 @@ Life of a node (driven by :mod:`provision.sim.cluster`)::
     stop()      SIGTERM to the supervisor → systemd-nspawn asks the node's systemd to power off
     kill()      after a grace period: SIGKILL to the node's init (ends every process in the node),
                 then to systemd-nspawn and the supervisor — only PIDs we recorded, checked by start time
-    unmount()   the overlayfs goes; the node's files stay in ``upper/`` until the cluster folder is removed
+    unmount()   the overlayfs goes (and remove_cgroups() the node's cgroups); the node's files stay in
+                ``upper/`` until the cluster folder is removed
 
 Files in the node folder (``<cluster>/nodes/<name>/``): ``upper/ work/ root/`` (overlayfs), ``console.log``
 (boot messages), ``supervisor.pid``, ``nspawn.pid``, ``boots``.
@@ -34,7 +35,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from provision.errors import ProvisionError
-from provision.sim import flavours, network
+from provision.sim import cgroups, flavours, network
 from provision.sim.system import ProcessRef, read_ref, run
 
 
@@ -200,7 +201,15 @@ def start(node: Node) -> ProcessRef:
     """Launch the node's supervisor in its own session (it outlives the ``provision`` command)."""
     with node.console_log.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "provision.sim.supervisor", str(node.dir), "--", *nspawn_command(node)],
+            [
+                sys.executable,
+                "-m",
+                "provision.sim.supervisor",
+                str(node.dir),
+                node.machine,
+                "--",
+                *nspawn_command(node),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -263,6 +272,11 @@ def reap(node: Node) -> None:
 
 def mounted(node: Node) -> bool:
     return f" {node.root} overlay " in Path("/proc/mounts").read_text()
+
+
+def remove_cgroups(node: Node) -> list[Path]:
+    """Remove the node's cgroups once it is down; returns any that could not be removed."""
+    return cgroups.remove(node.machine)
 
 
 def unmount(node: Node) -> None:

@@ -1,4 +1,6 @@
-"""Keep one simulated node alive across reboots: ``python -m provision.sim.supervisor NODE_DIR -- NSPAWN...``.
+"""Keep one simulated node alive across reboots.
+
+Usage: ``python -m provision.sim.supervisor NODE_DIR MACHINE -- systemd-nspawn ...``.
 
 ``systemd-nspawn --boot`` exits with status 133 when the node's systemd asks for a reboot
 (``systemctl reboot``, Ansible's ``reboot`` module): the supervisor then boots it again, so the node really
@@ -7,6 +9,8 @@ crash) ends the supervisor and the node stays down.
 
 SIGTERM (``provision sim down``) is passed on to systemd-nspawn, which asks the node's systemd for a clean
 poweroff; the supervisor then exits instead of booting again.
+
+Each boot starts in the node's own cgroups (``provision-sim/MACHINE``, see :mod:`provision.sim.cgroups`).
 
 Files in NODE_DIR: ``nspawn.pid`` (``"<pid> <start time>"`` of the running systemd-nspawn, for ``down``)
 and ``boots`` (how many times the node was started).
@@ -21,12 +25,13 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from provision.sim import cgroups
 from provision.sim.system import ProcessRef
 
 REBOOT_EXIT_STATUS = 133
 
 
-def supervise(node_dir: Path, command: list[str]) -> int:
+def supervise(node_dir: Path, machine: str, command: list[str]) -> int:
     stopping = False
     child: subprocess.Popen[bytes] | None = None
 
@@ -43,7 +48,8 @@ def supervise(node_dir: Path, command: list[str]) -> int:
     boots = 0
     status = 0
     while not stopping:
-        child = subprocess.Popen(command)
+        cgroups.remove(machine)  # what the previous boot left, so each boot starts clean
+        child = subprocess.Popen(command, preexec_fn=lambda: cgroups.join(machine))
         ref = ProcessRef.of(child.pid)
         if ref is not None:
             pid_file.write_text(ref.dump())
@@ -65,10 +71,10 @@ def _log(text: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m provision.sim.supervisor NODE_DIR -- COMMAND...", file=sys.stderr)
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: python -m provision.sim.supervisor NODE_DIR MACHINE -- COMMAND...", file=sys.stderr)
         return 2
-    return supervise(Path(argv[0]), argv[2:])
+    return supervise(Path(argv[0]), argv[1], argv[3:])
 
 
 if __name__ == "__main__":

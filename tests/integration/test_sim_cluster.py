@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from provision.errors import EnvironmentProblem, InputError
-from provision.sim import flavours, nodes
+from provision.sim import cgroups, flavours, nodes
 from provision.sim.cluster import Cluster
 from provision.sim.network import Subnet
 from provision.sim.nodes import Node
@@ -146,6 +146,15 @@ def test_every_node_answers_ansible_over_ssh(sim_cluster: Cluster, sim_ansible: 
 
 
 @pytest.mark.cluster
+def test_every_node_boots_cleanly(sim_cluster: Cluster) -> None:
+    """systemd reaches "running" with no failed unit: each node has its own cgroup tree."""
+    for node in sim_cluster.nodes:
+        state = sim_cluster.exec(node.name, ["systemctl", "is-system-running", "--wait"], timeout=120)
+        failed = sim_cluster.exec(node.name, ["systemctl", "--failed", "--no-legend", "--plain"])
+        assert (state.stdout.strip(), failed.stdout.strip()) == ("running", ""), node.name
+
+
+@pytest.mark.cluster
 def test_host_keys_were_recorded_at_up(sim_cluster: Cluster) -> None:
     """Strict host key checking against the cluster's known_hosts succeeds; an empty one fails."""
     node = sim_cluster.nodes[0]
@@ -247,6 +256,8 @@ def test_reboot_really_reboots(sim_cluster: Cluster, sim_ansible: AnsibleRunner)
     assert before and before not in after.stdout
     assert node.boots == boots + 1
     assert sim_ansible(node.name, "ping").returncode == 0
+    state = sim_cluster.exec(node.name, ["systemctl", "is-system-running", "--wait"], timeout=120)
+    assert state.stdout.strip() == "running"
 
 
 @pytest.mark.cluster
@@ -280,6 +291,12 @@ def _traces(cluster: Cluster) -> dict[str, list[str]]:
             line for line in namespaces.splitlines() if line.split()[0].startswith(f"psim-{cluster.name}")
         ],
         "mounts": [line for line in mounts.splitlines() if str(cluster.dir) in line],
+        "cgroups": [
+            str(path)
+            for node in cluster.nodes
+            for path in cgroups.node_cgroups(node.machine)
+            if path.exists()
+        ],
         "interfaces": [cluster.subnet.host_interface]
         if Path(f"/sys/class/net/{cluster.subnet.host_interface}").exists()
         else [],
@@ -298,6 +315,7 @@ def _assert_down_leaves_nothing(cluster: Cluster) -> None:
         "processes": [],
         "namespaces": [],
         "mounts": [],
+        "cgroups": [],
         "interfaces": [],
         "files": [],
     }
