@@ -134,6 +134,7 @@ class Verdict:
     log_tail: tuple[str, ...] = ()
     seconds: float = 0.0  # wait_ready: from the start of the wait; check: the probe's duration
     at: float = 0.0  # time.monotonic() when decided
+    completion_s: float | None = None  # how long the probe's completion took, when one was asked
 
     @property
     def ready(self) -> bool:
@@ -156,6 +157,7 @@ class Verdict:
             "reason": self.reason,
             "log_tail": list(self.log_tail),
             "seconds": round(self.seconds, 3),
+            "completion_s": None if self.completion_s is None else round(self.completion_s, 3),
         }
 
 
@@ -216,7 +218,8 @@ class Gate:
 
     def step(self, obs: Observation) -> Verdict:
         state, reason, model = self._decide(obs)
-        return Verdict(state=state, reason=reason, model=model or self.model, at=obs.at)
+        took = obs.completion.seconds if obs.completion is not None else None
+        return Verdict(state=state, reason=reason, model=model or self.model, at=obs.at, completion_s=took)
 
     def _decide(self, obs: Observation) -> tuple[State, str, str | None]:
         health = obs.health

@@ -1,0 +1,169 @@
+"""The health gate against the REAL vLLM CPU engine serving SmolLM2-135M (FACTS.md §8).
+
+The engine is prepared once into the cache (``$PROVISION_ENGINE_CACHE`` or /var/cache/provision-engine;
+about 5 minutes the first time, instant after) and started fresh by each test that needs one (~30 s to load,
+~3.6 GB of memory, one at a time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from provision.cli.serve import register
+from provision.serving import engine
+from provision.serving.engine import EngineProcess, PrepareReport
+from provision.serving.health import Endpoint, State, Timeouts, Verdict, check, wait_ready
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+API_KEY = "test-key"
+LOAD_BUDGET_S = 300.0
+
+
+@pytest.fixture(scope="session")
+def prepared() -> PrepareReport:
+    return engine.prepare()
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    return tmp_path / "engine.log"
+
+
+@pytest.fixture
+def started(prepared: PrepareReport, log_path: Path) -> Iterator[EngineProcess]:
+    proc = engine.start_engine(log_path=log_path, api_key=API_KEY)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        assert not proc.alive()
+
+
+def _on_failure_show_log(proc: EngineProcess, verdict: Verdict) -> str:
+    return f"{verdict.message}\n--- engine log ---\n" + "\n".join(proc.log_tail(60))
+
+
+def _complete(proc: EngineProcess, prompt: str) -> str:
+    request = urllib.request.Request(
+        f"{proc.url}/v1/completions",
+        data=json.dumps({"model": "smollm2", "prompt": prompt, "max_tokens": 8, "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        text: str = json.load(response)["choices"][0]["text"]
+    return text
+
+
+def test_prepare_is_cached(prepared: PrepareReport) -> None:
+    again = engine.prepare()
+    assert again.cached and again.seconds < 1
+    assert engine.engine_python().exists()
+    assert (engine.model_dir() / "config.json").exists()
+    assert (engine.model_dir() / "model.safetensors").exists()
+    assert again.venv_bytes > 1 << 30
+
+
+def test_gate_loading_ready_completion_hung_killed(started: EngineProcess) -> None:
+    proc = started
+    endpoint = Endpoint(proc.url, "smollm2", api_key=API_KEY)
+
+    loading = check(endpoint, alive=proc.alive, log=proc.log_path)
+    assert loading.state is State.LOADING, _on_failure_show_log(proc, loading)
+    assert loading.reason == "connection refused while the process lives"
+
+    seen: list[Verdict] = []
+    ready = wait_ready(
+        endpoint, alive=proc.alive, log=proc.log_path, budget_s=LOAD_BUDGET_S, on_verdict=seen.append
+    )
+    assert ready.state is State.READY, _on_failure_show_log(proc, ready)
+    # Never ready during load: every verdict before the last was "loading, refused".
+    assert [v.state for v in seen[:-1]] == [State.LOADING] * (len(seen) - 1)
+    assert all("connection refused" in v.reason for v in seen[:-1])
+    assert ready.model == "smollm2" and ready.reason.startswith("completion answered in")
+
+    assert _complete(proc, "The capital of France is").strip()
+
+    no_key = check(Endpoint(proc.url, "smollm2"), alive=proc.alive)
+    assert no_key.state is State.FAILED and "API key refused: /v1/models answered 401" in no_key.reason
+
+    cli = typer.Typer()
+    cli.callback()(lambda: None)
+    register(cli)
+    shown = CliRunner().invoke(cli, ["serve", "status", proc.url, "--api-key", API_KEY])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines()[1].split()[:3] == [proc.url, "ready", "smollm2"]
+
+    # A hung server (stopped, as a wedged process would be): the kernel still accepts, nothing answers.
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        hung = check(endpoint, alive=proc.alive, log=proc.log_path, timeouts=Timeouts(health_s=2))
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    assert hung.state is State.FAILED and hung.reason == "/health hung: no answer within 2 s"
+    assert check(endpoint, alive=proc.alive).state is State.READY
+
+    proc.kill(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while proc.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed = check(endpoint, alive=proc.alive, log=proc.log_path)
+    assert killed.state is State.FAILED
+    assert killed.reason == "the engine process is not running (exited or killed)"
+    log_lines = set(proc.log_tail(200))
+    assert killed.log_tail and all(line in log_lines for line in killed.log_tail)
+    assert "last 20 lines of the engine log" in killed.message
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            found += [int(child), *_descendants(int(child))]
+    return found
+
+
+def test_engine_core_death_fails_the_gate(started: EngineProcess) -> None:
+    """Kill the engine core under a ready API server: completions fail with 500 (/health may still say 200
+    for a moment, then 503), then the server exits."""
+    proc = started
+    endpoint = Endpoint(proc.url, "smollm2", api_key=API_KEY)
+    ready = wait_ready(endpoint, alive=proc.alive, log=proc.log_path, budget_s=LOAD_BUDGET_S)
+    assert ready.state is State.READY, _on_failure_show_log(proc, ready)
+
+    children = _descendants(proc.pid)
+    assert children, "the API server has no engine-core child"
+    for child in children:
+        os.kill(child, signal.SIGKILL)  # descendants of the engine this test started
+
+    verdicts: list[Verdict] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        verdict = check(endpoint, alive=proc.alive, log=proc.log_path, timeouts=Timeouts(completion_s=10))
+        verdicts.append(verdict)
+        if verdict.state is State.FAILED:
+            break
+        time.sleep(0.1)
+    final = verdicts[-1]
+    assert final.state is State.FAILED, [v.reason for v in verdicts]
+    # Seen here: /health still says 200 right after the engine core died; the completion answers 500.
+    # A later probe sees /health 503 or the server gone: each is a failure.
+    assert final.reason.startswith(
+        (
+            "no completion: /v1/completions answered 500",
+            "engine dead: /health answered 5",
+            "the engine process",
+        )
+    ), final.reason
+    assert State.READY not in {v.state for v in verdicts}
+    assert final.log_tail, "a failed verdict carries the engine's last log lines"
