@@ -98,6 +98,23 @@ def model_dir() -> Path:
     return cache_dir() / "models" / SERVED_MODEL_NAME
 
 
+def engine_runtime_paths() -> list[Path]:
+    """Folders a container or simulated node must see, at the same paths, to run :func:`engine_python`.
+
+    The venv's python is a symlink to the interpreter that created it, and that interpreter's prefix holds
+    the standard library: bind-mount (read-only) the cache folder and that prefix, nothing else.
+    """
+    paths = [cache_dir()]
+    with contextlib.suppress(OSError):
+        for line in (engine_venv() / "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home":
+                prefix = Path(value.strip()).parent
+                if prefix not in paths:
+                    paths.append(prefix)
+    return paths
+
+
 def stamp_path() -> Path:
     return cache_dir() / "stamp.json"
 
@@ -555,7 +572,11 @@ def _main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     sub.add_parser("paths", help="print the engine python and the model folder")
     args = parser.parse_args(argv)
     if args.command == "paths":
-        print(f"python {engine_python()}\nmodel  {model_dir()}\nready  {is_prepared()}", file=out)
+        mounts = " ".join(str(path) for path in engine_runtime_paths())
+        print(
+            f"python {engine_python()}\nmodel  {model_dir()}\nmounts {mounts}\nready  {is_prepared()}",
+            file=out,
+        )
         return 0 if is_prepared() else 1
     try:
         report = prepare(progress=lambda text: print(text, file=out, flush=True), force=args.force)

