@@ -227,6 +227,7 @@ class Cluster:
                 network.create_node_netns(
                     node.netns, cluster.controller_netns, node.bridge_port, node.ip, subnet
                 )
+            cluster._create_npu_fabric(npus)
             timings["network"] = time.monotonic() - mark
 
             mark = time.monotonic()
@@ -242,6 +243,19 @@ class Cluster:
         timings["total"] = time.monotonic() - started
         cluster.timings = timings
         return cluster
+
+    def _create_npu_fabric(self, npus: int) -> None:
+        """The simulated NPUs' RoCE network, with the addresses the hardware simulator gives them."""
+        hardware = nodes.hardware_module()
+        gateways: Callable[[int], list[str]] | None = getattr(hardware, "npu_fabric_gateways", None)
+        addresses: Callable[[int, int], list[str]] | None = getattr(hardware, "npu_fabric_addresses", None)
+        if gateways is None or addresses is None:
+            return
+        network.create_fabric(self.controller_netns, gateways(npus))
+        for node in self.nodes:
+            network.create_npu_netns(
+                node.npu_netns, self.controller_netns, node.npu_port, addresses(node.number, npus)
+            )
 
     def _create_nodes(self) -> None:
         """Keys, known_hosts, node layers and mounts, supervisors, inventory."""
@@ -334,7 +348,8 @@ class Cluster:
             nodes.unmount(node)
             if not nodes.processes(node):
                 warnings += [f"cgroup {path} not removed" for path in nodes.remove_cgroups(node)]
-        for netns in [node.netns for node in self.nodes] + [self.controller_netns]:
+        namespaces = [netns for node in self.nodes for netns in (node.netns, node.npu_netns)]
+        for netns in [*namespaces, self.controller_netns]:
             strangers = pids_in_netns(network.netns_path(netns))
             if strangers:
                 warnings.append(f"processes not started by provision sim still use {netns}: {strangers}")

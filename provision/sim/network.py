@@ -13,12 +13,18 @@
 - Nodes reach each other over the bridge. Their default route points at the controller namespace, which
   forwards nothing, so no packet leaves the namespaces we created.
 - Each cluster gets its own /24 (``K``), so several clusters (a test session's and a user's) can run at once.
+
+The NPU fabric (RoCE ports of the simulated NPUs, for ``hccn_tool -ping``) is a second, separate network:
+a namespace per node (``psim-<cluster>-node1-npu``) holding that node's NPU addresses on ``eth0``, its veth
+plugged into bridge ``fabric`` of the controller namespace, which carries the rails' gateway addresses.
+The node sees that namespace at ``/run/provision-sim/npu-netns`` (a bind mount, see nodes.py).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +32,7 @@ from provision.errors import ProvisionError
 from provision.sim.system import run
 
 NETNS_DIR = Path("/run/netns")
+FABRIC_BRIDGE = "fabric"
 FIRST_NODE_HOST = 11
 MAX_NODES = 200
 
@@ -110,6 +117,34 @@ def create_node_netns(netns: str, controller: str, port: str, ip: str, subnet: S
     run(["ip", "-n", netns, "addr", "add", f"{ip}/24", "dev", "eth0"])
     run(["ip", "-n", netns, "link", "set", "eth0", "up"])
     run(["ip", "-n", netns, "route", "add", "default", "via", subnet.controller_ip])
+
+
+def create_fabric(controller: str, gateways: list[str]) -> None:
+    """The NPU fabric's bridge in the controller namespace, with every rail's gateway (CIDR) on it."""
+    run(["ip", "-n", controller, "link", "add", FABRIC_BRIDGE, "type", "bridge"])
+    _add_addresses(controller, FABRIC_BRIDGE, gateways)
+    run(["ip", "-n", controller, "link", "set", FABRIC_BRIDGE, "up"])
+
+
+def create_npu_netns(netns: str, controller: str, port: str, addresses: list[str]) -> None:
+    """A node's NPU fabric namespace: ``eth0`` with the node's NPU addresses (CIDR), on the fabric bridge."""
+    run(["ip", "netns", "add", netns])
+    run(["ip", "-n", netns, "link", "set", "lo", "up"])
+    run(["ip", "-n", controller, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", netns])
+    run(["ip", "-n", controller, "link", "set", port, "master", FABRIC_BRIDGE, "up"])
+    _add_addresses(netns, "eth0", addresses)
+    run(["ip", "-n", netns, "link", "set", "eth0", "up"])
+
+
+def _add_addresses(netns: str, device: str, addresses: list[str]) -> None:
+    """All addresses in one ``ip`` call (-batch), as a node has up to 16 NPU ports."""
+    if addresses:
+        batch = "".join(f"addr add {address} dev {device}\n" for address in addresses)
+        result = subprocess.run(
+            ["ip", "-n", netns, "-batch", "-"], input=batch, capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise ProvisionError(f"adding {addresses} to {device} in {netns} failed: {result.stderr.strip()}")
 
 
 def delete_netns(name: str) -> None:

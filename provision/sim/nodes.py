@@ -38,6 +38,8 @@ from provision.errors import ProvisionError
 from provision.sim import cgroups, flavours, network
 from provision.sim.system import ProcessRef, read_ref, run
 
+DEFAULT_NPU_NETNS = "/run/provision-sim/npu-netns"
+
 
 @dataclass(frozen=True)
 class Node:
@@ -53,6 +55,16 @@ class Node:
     @property
     def netns(self) -> str:
         return f"psim-{self.cluster}-{self.name}"
+
+    @property
+    def npu_netns(self) -> str:
+        """The namespace of the node's simulated NPU ports (the NPU fabric), when the hardware has one."""
+        return f"psim-{self.cluster}-{self.name}-npu"
+
+    @property
+    def npu_port(self) -> str:
+        """The fabric end of the NPU namespace's veth, inside the controller namespace."""
+        return f"{self.name}-npu"
 
     @property
     def machine(self) -> str:
@@ -156,17 +168,29 @@ def _write(upper: Path, base: Path, path: str, content: str, mode: int = 0o644) 
     target.chmod(mode)
 
 
-def _write_hardware_config(node: Node) -> None:
-    """Let the simulated NPU hardware (``provision.sim.hardware``, when installed) configure this node."""
+def hardware_module() -> object | None:
+    """The simulated NPU hardware (``provision.sim.hardware``), or ``None`` where it is not installed."""
     try:
-        hardware = importlib.import_module("provision.sim.hardware")
+        return importlib.import_module("provision.sim.hardware")
     except ModuleNotFoundError as exc:
         if exc.name != "provision.sim.hardware":
             raise
-        return
-    write: Callable[..., None] | None = getattr(hardware, "write_node_config", None)
+        return None
+
+
+def _write_hardware_config(node: Node) -> None:
+    """Let the simulated NPU hardware configure this node (``/etc/provision-sim/hardware.json``)."""
+    write: Callable[..., None] | None = getattr(hardware_module(), "write_node_config", None)
     if write is not None:
         write(node.upper, name=node.name, index=node.number, npus=node.npus)
+
+
+def _npu_netns_binding(node: Node) -> list[str]:
+    """Show the node's NPU fabric namespace inside it, where ``hccn_tool`` looks for it."""
+    if not network.netns_exists(node.npu_netns):
+        return []
+    inside = str(getattr(hardware_module(), "NPU_NETNS", DEFAULT_NPU_NETNS))
+    return [f"--bind-ro={network.netns_path(node.npu_netns)}:{inside}"]
 
 
 def nspawn_command(node: Node) -> list[str]:
@@ -194,6 +218,7 @@ def nspawn_command(node: Node) -> list[str]:
         "--timezone=off",
         "--link-journal=no",
         "--console=read-only",
+        *_npu_netns_binding(node),
     ]
 
 

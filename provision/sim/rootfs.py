@@ -19,7 +19,6 @@ costs ≈ 28 s and 370 MB, against ≈ 31 s + ≈ 31 s for two separate bases.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.util
 import os
 import shutil
@@ -166,19 +165,11 @@ def prepare(root: Path) -> None:
 
 def _install_hardware_tools(root: Path) -> None:
     """Hand the rootfs to the simulated NPU hardware (``provision.sim.hardware``), if it is installed."""
-    hardware = _hardware_module()
-    install: Callable[[Path], None] | None = getattr(hardware, "install_tools", None)
+    from provision.sim.nodes import hardware_module
+
+    install: Callable[[Path], None] | None = getattr(hardware_module(), "install_tools", None)
     if install is not None:
         install(root)
-
-
-def _hardware_module() -> object | None:
-    try:
-        return importlib.import_module("provision.sim.hardware")
-    except ModuleNotFoundError as exc:
-        if exc.name != "provision.sim.hardware":
-            raise
-        return None
 
 
 def _hardware_digest() -> str:

@@ -5,6 +5,7 @@ The unit tests at the top need nothing; the ``cluster`` tests need root and syst
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -16,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from provision.errors import EnvironmentProblem, InputError
-from provision.sim import cgroups, flavours, nodes
+from provision.sim import cgroups, flavours, hardware, nodes
 from provision.sim.cluster import Cluster
 from provision.sim.network import Subnet
 from provision.sim.nodes import Node
 
 PROVISION = [sys.executable, "-m", "provision"]
+SIM_NPUS = 8  # per node in the session cluster (conftest)
 # The fixtures of tests/conftest.py (sim_ansible, run_ansible, sim_cluster_factory).
 AnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
 ClusterFactory = Callable[..., Cluster]
@@ -234,13 +236,32 @@ def test_no_route_leaves_the_cluster(sim_cluster: Cluster) -> None:
         text=True,
         check=True,
     ).stdout
-    assert [(route["dst"], route["dev"]) for route in json.loads(routes)] == [
-        (sim_cluster.subnet.cidr, "br0")
-    ]
+    fabric = [ipaddress.ip_interface(gateway).network for gateway in hardware.npu_fabric_gateways(SIM_NPUS)]
+    expected = [(sim_cluster.subnet.cidr, "br0")] + [(str(network), "fabric") for network in fabric]
+    assert sorted((route["dst"], route["dev"]) for route in json.loads(routes)) == sorted(expected)
     node_routes = sim_cluster.exec(
         sim_cluster.nodes[0].name, ["ip", "-4", "route", "get", "192.0.2.1"]
     ).stdout
     assert f"via {sim_cluster.controller_ip} dev eth0" in node_routes
+
+
+@pytest.mark.cluster
+def test_npu_fabric_reaches_other_nodes_npus(sim_cluster: Cluster) -> None:
+    """Inside a node, the NPU fabric namespace (for hccn_tool -ping) reaches other nodes' NPU ports."""
+    first, second = sim_cluster.nodes[:2]
+    local = hardware.npu_fabric_addresses(first.number, first.npus)
+    remote = hardware.npu_fabric_addresses(second.number, second.npus)[-1].split("/")[0]
+    gateway = hardware.npu_fabric_gateways(first.npus)[0].split("/")[0]
+    fabric = ["nsenter", f"--net={hardware.NPU_NETNS}"]
+    addresses = sim_cluster.exec(
+        first.name, [*fabric, "ip", "-4", "-o", "addr", "show", "dev", "eth0"]
+    ).stdout
+    assert [line.split()[3] for line in addresses.splitlines()] == local
+    for target in (remote, gateway):
+        ping = sim_cluster.exec(first.name, [*fabric, "ping", "-c1", "-W2", target])
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+    # The node's own network is not the fabric.
+    assert sim_cluster.exec(first.name, ["ping", "-c1", "-W1", remote]).returncode != 0
 
 
 @pytest.mark.cluster
@@ -307,7 +328,7 @@ def _traces(cluster: Cluster) -> dict[str, list[str]]:
 def _assert_down_leaves_nothing(cluster: Cluster) -> None:
     before = _traces(cluster)
     assert len(before["processes"]) == 3 * len(cluster.nodes)  # supervisor, systemd-nspawn, node init
-    assert len(before["namespaces"]) == len(cluster.nodes) + 1
+    assert len(before["namespaces"]) == 2 * len(cluster.nodes) + 1  # node, its NPU fabric; controller
     assert len(before["mounts"]) == len(cluster.nodes)
     pids = [ref for node in cluster.nodes for ref in nodes.processes(node)]
     assert cluster.down() == []
