@@ -6,7 +6,8 @@ Life of a node (driven by :mod:`provision.sim.cluster`)::
                 its OS flavour and its simulated hardware config; then the overlayfs is mounted:
                 lower = shared base rootfs (read-only), upper = this node's changes
     start()     launches the supervisor (``provision.sim.supervisor``), which runs
-                ``systemd-nspawn --boot`` in the node's network namespace and boots it again on reboot
+                ``systemd-nspawn --boot`` in the node's network namespace (its NPU fabric namespace
+                bound at /run/provision-sim/npu-netns) and boots it again on reboot
     ...         the node runs sshd; Ansible reaches it over SSH like any server
     stop()      SIGTERM to the supervisor → systemd-nspawn asks the node's systemd to power off
     kill()      after a grace period: SIGKILL to the node's init (ends every process in the node),
