@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint unit clean-runs
+.PHONY: setup deps demo demo-down test lint unit
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed deps
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,11 +13,26 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# The main job on the embedded default: converge the local machine in check mode (the simulated
-# cluster replaces this as soon as `provision sim` lands).
+# Debian packages the simulated cluster and the tests need (root; once per change of the list).
+deps: $(VENV)/.apt-installed
+
+$(VENV)/.apt-installed: .ci/apt-packages.txt
+	mkdir -p $(VENV)
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		$$(grep -v '^\s*#' .ci/apt-packages.txt) >/dev/null
+	touch $@
+
+# The main job on the embedded default: a simulated 2-node cluster (openEuler + Ubuntu flavours,
+# 8 x 910B each), then `provision apply` on it. `make demo-down` removes the cluster.
+DEMO := demo
 demo: setup
-	$(BIN)/provision validate examples/local/inventory.ini
-	$(BIN)/provision apply --check examples/local/inventory.ini
+	$(BIN)/provision sim down --name $(DEMO)
+	$(BIN)/provision sim up --nodes 2 --os openeuler-22.03,ubuntu-22.04 --name $(DEMO)
+	$(BIN)/provision apply /var/lib/provision-sim/$(DEMO)/inventory.ini
+
+demo-down: setup
+	$(BIN)/provision sim down --name $(DEMO)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -24,10 +24,13 @@ import pytest
 
 from provision.errors import EnvironmentProblem
 from provision.paths import ansible_cfg
-from provision.sim.cluster import Cluster
+from provision.sim.cluster import Cluster, state_root
 from provision.sim.system import require_host
 
-SIM_CLUSTER_NAME = "pytest"
+# One cluster per pytest process, so two sessions (two engineers, or CI and a developer) never share
+# or tear down each other's nodes; clusters of dead sessions are removed when the next one starts.
+SIM_CLUSTER_PREFIX = "pytest-"
+SIM_CLUSTER_NAME = os.environ.get("PROVISION_TEST_CLUSTER", f"{SIM_CLUSTER_PREFIX}{os.getpid()}")
 SIM_CLUSTER_OS = "openeuler-22.03,ubuntu-22.04,openeuler-24.03"
 SIM_CLUSTER_NODES = 3
 SIM_CLUSTER_NPUS = 8
@@ -65,6 +68,7 @@ def require_sim_host() -> None:
 def _start_cluster(name: str, *, nodes: int, os_list: str, npus: int) -> Cluster:
     """Bring up a cluster (removing a leftover of the same name first), or skip/fail with the reason."""
     require_sim_host()
+    _remove_clusters_of_dead_sessions()
     leftover = Cluster.load(name)
     if leftover is not None:
         leftover.down()
@@ -73,6 +77,16 @@ def _start_cluster(name: str, *, nodes: int, os_list: str, npus: int) -> Cluster
     except EnvironmentProblem as exc:  # e.g. mmdebstrap missing to build the base
         reason = str(exc)
     sim_unavailable(reason)
+
+
+def _remove_clusters_of_dead_sessions() -> None:
+    root = state_root()
+    for folder in sorted(root.glob(f"{SIM_CLUSTER_PREFIX}*")) if root.is_dir() else []:
+        pid = folder.name.removeprefix(SIM_CLUSTER_PREFIX)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            stale = Cluster.load(folder.name)
+            if stale is not None:
+                stale.down()
 
 
 class _Teardown:
@@ -129,7 +143,7 @@ def sim_cluster_factory(request: pytest.FixtureRequest) -> ClusterFactory:
     """Start extra clusters for one test: ``sim_cluster_factory("t-ten", nodes=10, os_list="ubuntu-22.04")``.
 
     Each is removed when the test ends (if the test did not call ``down`` itself). Names must differ from
-    the session cluster's (``pytest``); clusters get their own subnet, so they run next to it.
+    the session cluster's (``pytest-<pid>``); clusters get their own subnet, so they run next to it.
     """
 
     def start(name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS) -> Cluster:
