@@ -199,7 +199,7 @@ def build_command(
     if result.built:
         out.line(
             f"built {result.reference} ({short}) for {result.platform} in {result.seconds:.1f} s: "
-            f"{result.steps} steps, {result.cached_steps} from cache"
+            f"{result.rebuilt_steps} of {result.steps} steps run, {result.cached_steps} from cache"
         )
     else:
         out.line(f"up to date: {result.reference} ({short}), nothing built")

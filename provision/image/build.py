@@ -43,6 +43,8 @@ class BuildFailed(ProvisionError):
 # Docker: "Step 3/44 : RUN ...", Podman/buildah: "STEP 3/44: RUN ...".
 _STEP = re.compile(r"^(?:Step|STEP)\s+(\d+)/(\d+)\s*:\s*(.*)$")
 _CACHED = re.compile(r"Using cache")
+# The end of a step: " ---> 583fa043916e" (Docker), "--> 583fa043916" (Podman).
+_STEP_DONE = re.compile(r"^\s*-+>\s+([0-9a-f]{12,})\s*$")
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,12 @@ class BuildStream:
     step: int = 0
     total: int = 0
     cached: int = 0
+    rebuilt: int = 0  # steps that ran (not from cache), FROM and the ARGs before it not counted
     image_id: str = ""
     error: str = ""
     lines: list[str] = field(default_factory=list)
+    _from: bool = False
+    _cached_step: bool = False
 
     def feed(self, chunk: Mapping[str, Any]) -> list[BuildEvent]:
         error = stream_error(chunk)
@@ -87,11 +92,16 @@ class BuildStream:
             step = _STEP.match(line.strip())
             if step:
                 self.step, self.total = int(step.group(1)), int(step.group(2))
+                self._from = step.group(3).upper().startswith("FROM")
+                self._cached_step = False
                 events.append(BuildEvent("step", line.strip(), self.step, self.total))
             elif _CACHED.search(line):
                 self.cached += 1
+                self._cached_step = True
                 events.append(BuildEvent("cached", line.strip(), self.step, self.total))
             else:
+                if _STEP_DONE.match(line) and not (self._from or self._cached_step):
+                    self.rebuilt += 1
                 events.append(BuildEvent("output", line, self.step, self.total))
         return events
 
@@ -140,6 +150,7 @@ class BuildResult:
     seconds: float
     steps: int
     cached_steps: int
+    rebuilt_steps: int
     platform: str
     build_args: dict[str, str]
     build_digest: str
@@ -280,6 +291,7 @@ def build(
         seconds=round(time.monotonic() - started, 3),
         steps=stream_state.total,
         cached_steps=stream_state.cached,
+        rebuilt_steps=stream_state.rebuilt,
         platform=the_plan.platform,
         build_args=the_plan.build_args,
         build_digest=the_plan.build_digest,

@@ -119,7 +119,7 @@ def _fold(chunks: list[dict[str, Any]]) -> tuple[BuildStream, list[str]]:
 
 def test_cold_build_stream() -> None:
     state, kinds = _fold(BUILD_COLD)
-    assert (state.step, state.total, state.cached) == (4, 4, 0)
+    assert (state.step, state.total, state.cached, state.rebuilt) == (4, 4, 0, 3)
     assert state.image_id == "sha256:583fa043916ef4285e6db31cd3d8d7e5adeb276f147a64b16c20ae11691b455d"
     assert kinds.count("step") == 4
     assert "hello 1" in state.lines
@@ -128,7 +128,7 @@ def test_cold_build_stream() -> None:
 
 def test_cached_build_stream_counts_cache_hits() -> None:
     state, kinds = _fold(BUILD_CACHED)
-    assert state.cached == 3
+    assert (state.cached, state.rebuilt) == (3, 0)
     assert kinds.count("cached") == 3
     assert state.image_id.startswith("sha256:583fa043")
 
@@ -147,6 +147,8 @@ def test_podman_step_lines() -> None:
     events = state.feed({"stream": "STEP 2/9: RUN true\n--> Using cache 4a2b\n"})
     assert [e.kind for e in events] == ["step", "cached"]
     assert (state.step, state.total) == (2, 9)
+    state.feed({"stream": "STEP 3/9: COPY a /a\n--> 5b3c4d5e6f7a\n"})
+    assert (state.cached, state.rebuilt) == (1, 1)
 
 
 def test_push_progress_is_one_line_per_layer_state() -> None:
