@@ -35,7 +35,7 @@ def _endpoint(url: str, model: str | None, api_key: str | None) -> Endpoint:
 def status(
     urls: list[str] = typer.Argument(
         ...,
-        metavar="URL...",
+        metavar="URL",
         help="Base URLs of OpenAI-compatible vLLM servers, e.g. http://10.0.0.5:8000 (host:port works too).",
     ),
     model: str | None = typer.Option(
