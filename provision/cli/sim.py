@@ -56,6 +56,8 @@ def up(
         f"network {t['network']:.1f} s, start {t['start']:.1f} s, boot to sshd {t['boot']:.1f} s)"
     )
     out.line(f"inventory: {cluster.inventory_path}")
+    if cluster.mirror_url:
+        out.line(f"local mirror: {cluster.mirror_url} (variables in {cluster.group_vars_path})")
 
 
 @sim_app.command("status")
@@ -77,6 +79,7 @@ def status(
             "dir": str(cluster.dir),
             "inventory": str(cluster.inventory_path),
             "controller_ip": cluster.controller_ip,
+            "mirror_url": cluster.mirror_url,
             "nodes": [vars(state) for state in states],
         }
         typer.echo(json.dumps(data, indent=2))

@@ -8,6 +8,8 @@ trace. The cluster folder (``/var/lib/provision-sim/<name>``; the parent folder 
     id_ed25519      the controller's SSH key, authorized for root on every node
     known_hosts     each node's host key, generated and recorded at `up`: host key checking stays on
     inventory.ini   the nodes in group ``npu_nodes``, ready for ``provision apply`` / ``ansible-playbook``
+    group_vars/npu_nodes.yml  the local mirror's URLs for the roles (see :mod:`provision.sim.repos`)
+    mirror.pid, mirror.json, mirror.log   the local mirror's HTTP server in the controller namespace
     cp/             this cluster's SSH ControlMaster sockets (closed at `down`)
     nodes/<name>/   one folder per node (see :mod:`provision.sim.nodes`)
 """
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError, ProvisionError
-from provision.sim import flavours, network, nodes, rootfs
+from provision.sim import flavours, network, nodes, repos, rootfs
 from provision.sim.network import Subnet
 from provision.sim.nodes import Node
 from provision.sim.system import locked, pids_in_netns, require_host
@@ -101,6 +103,17 @@ class Cluster:
         return self.dir / "inventory.ini"
 
     @property
+    def group_vars_path(self) -> Path:
+        """The mirror variables beside the inventory (Ansible reads ``group_vars/`` next to it)."""
+        return self.dir / "group_vars" / f"{GROUP}.yml"
+
+    @property
+    def mirror_url(self) -> str | None:
+        """Base URL of the local mirror (``/openeuler``, ``/ubuntu``, ``/ascend`` below it), if served."""
+        served = repos.served(self.dir)
+        return None if served is None else served.url
+
+    @property
     def control_dir(self) -> Path:
         return self.dir / "cp"
 
@@ -170,11 +183,13 @@ class Cluster:
         cache: Path | None = None,
         boot_timeout: float = BOOT_TIMEOUT_S,
         progress: Progress | None = None,
+        mirror: bool = True,
     ) -> Cluster:
         """Build the base if needed, then create, boot and wait for ``nodes`` nodes (sshd answering).
 
         ``os_list`` is one flavour or a comma list used in turn (see :func:`flavours.parse_os_list`).
-        On any failure everything created so far is removed again.
+        With ``mirror`` the local mirror (built once, cached) is served to the nodes and its URLs are
+        written to ``group_vars/npu_nodes.yml``. On any failure everything created so far is removed again.
         """
         check_name(name)
         if not 1 <= nodes <= network.MAX_NODES:
@@ -191,6 +206,7 @@ class Cluster:
 
         started = time.monotonic()
         base = rootfs.ensure_base(cache, progress)
+        mirror_root = repos.ensure_mirror(cache, progress) if mirror else None
         timings = {"base": time.monotonic() - started}
 
         mark = time.monotonic()
@@ -228,6 +244,8 @@ class Cluster:
                     node.netns, cluster.controller_netns, node.bridge_port, node.ip, subnet
                 )
             cluster._create_npu_fabric(npus)
+            if mirror_root is not None:
+                cluster._serve_mirror(mirror_root)
             timings["network"] = time.monotonic() - mark
 
             mark = time.monotonic()
@@ -256,6 +274,12 @@ class Cluster:
             network.create_npu_netns(
                 node.npu_netns, self.controller_netns, node.npu_port, addresses(node.number, npus)
             )
+
+    def _serve_mirror(self, root: Path) -> None:
+        """The local mirror's HTTP server on the bridge address, and its URLs for the roles."""
+        served = repos.start_server(self.dir, self.controller_netns_path, self.controller_ip, root)
+        self.group_vars_path.parent.mkdir(exist_ok=True)
+        self.group_vars_path.write_text(repos.group_vars(served.url))
 
     def _create_nodes(self) -> None:
         """Keys, known_hosts, node layers and mounts, supervisors, inventory."""
@@ -335,6 +359,7 @@ class Cluster:
         started survives SIGKILL, keeping the folder so ``down`` can be tried again.
         """
         self._close_ssh_masters()
+        repos.stop_server(self.dir)
         for node in self.nodes:
             nodes.stop(node)
         survivors = self._wait_stopped(STOP_GRACE_S)
