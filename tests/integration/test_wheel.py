@@ -35,6 +35,7 @@ def test_wheel_contains_ansible_content(wheel: Path) -> None:
         "provision/_ansible/plugins/action/ascend_facts.py",
         "provision/_ansible/examples/inventory.ini",
         "provision/data/versions.yml",
+        "provision/_image/Dockerfile",
     ):
         assert required in names, required
 
