@@ -1,0 +1,276 @@
+"""The local mirror (provision.sim.repos) and the openeuler_repos role on the mixed session cluster.
+
+Unit tests check that the mirror and the role agree (every package the role installs is in the mirror,
+every variable ``sim up`` writes is one the inventory validator knows). The cluster tests run
+plan -> apply -> apply again on openEuler 22.03, Ubuntu 22.04 and openEuler 24.03 nodes, then look at the
+nodes: repo files, packages, the REAL ``lspci`` listing the simulated NPUs, the kernel hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provision.inventory.schema import HostSettings
+from provision.inventory.validate import check
+from provision.paths import ansible_root
+from provision.sim import repos
+from provision.sim.cluster import Cluster
+
+ROLE = ansible_root() / "roles" / "openeuler_repos"
+KERNEL = "6.18.44-fc-v669"
+STRAY = {
+    # The distributions' own sources, unreachable on an air-gapped site: the role moves them aside.
+    "openeuler": ("/etc/yum.repos.d/openEuler.repo", "[OS]\nname=OS\nbaseurl=http://repo.openeuler.org/x/\n"),
+    "ubuntu": ("/etc/apt/sources.list.d/ubuntu.list", "deb http://archive.ubuntu.com/ubuntu jammy main\n"),
+}
+
+
+def _role_vars(name: str, kernel: str = KERNEL) -> list[str]:
+    data = yaml.safe_load((ROLE / "vars" / name).read_text())
+    return [str(p).replace("{{ ansible_kernel }}", kernel) for p in data["openeuler_repos_packages"]]
+
+
+# -- unit ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("kernel", "expected"),
+    [
+        (
+            "5.10.0-136.12.0.86.oe2203sp1.aarch64",
+            ("kernel-devel", "kernel-headers", "5.10.0-136.12.0.86.oe2203sp1"),
+        ),
+        (KERNEL, (f"kernel-devel-{KERNEL}", f"kernel-headers-{KERNEL}", "6.18.44")),
+    ],
+)
+def test_kernel_packages_match_uname_r(kernel: str, expected: tuple[str, str, str]) -> None:
+    assert repos._kernel_rpm_names(kernel) == expected
+
+
+@pytest.mark.unit
+def test_mirror_has_every_package_the_role_installs() -> None:
+    rpms = repos.rpm_packages(KERNEL)
+    assert set(_role_vars("openEuler.yml")) <= set(rpms)
+    assert {"pciutils", "net-tools"} <= {name for name, p in rpms.items() if p.debs}
+    debs = set(repos.deb_packages(KERNEL)) | set(repos.DEBIAN_PACKAGES)
+    assert set(_role_vars("Ubuntu.yml")) <= debs
+
+
+@pytest.mark.unit
+def test_mirror_carries_the_locked_stack_and_an_older_one() -> None:
+    locked, older = repos.ascend_sets()
+    assert locked["driver"] == "25.5.1" and locked["cann"] == "9.1.0"
+    assert older == {"driver": "25.0.rc1.1", "firmware": "7.7.0.1.231", "cann": "8.2.RC1", "nnal": "8.2.RC1"}
+
+
+@pytest.mark.unit
+def test_sim_group_vars_pass_the_inventory_validator(tmp_path: Path) -> None:
+    url = "http://10.200.9.1:8080"
+    text = repos.group_vars(url)
+    data = yaml.safe_load(text)
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert set(data) <= set(defaults) | set(HostSettings.model_fields)
+    assert data["openeuler_repos_mirror_url"] == f"{url}/openeuler"
+    assert data["provision_mirror_url"] == f"{url}/ascend"
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "npu_nodes.yml").write_text(text)
+    (tmp_path / "inventory.ini").write_text("[npu_nodes]\nnode1 ansible_host=10.200.9.11\n")
+    check(tmp_path / "inventory.ini")  # raises InvalidInventory on any unknown or malformed variable
+
+
+# -- the session cluster ---------------------------------------------------------------------------------
+
+
+def _mirror(cluster: Cluster) -> repos.Served:
+    served = repos.served(cluster.dir)
+    assert served is not None, "sim up serves the local mirror"
+    return served
+
+
+@pytest.mark.cluster
+def test_mirror_layout_signatures_and_checksums(sim_cluster: Cluster, tmp_path: Path) -> None:
+    served = _mirror(sim_cluster)
+    root, arch = served.root, platform.machine()
+    for release in repos.OPENEULER_RELEASES:
+        for section in repos.OPENEULER_SECTIONS:
+            assert (root / "openeuler" / release / section / arch / "repodata" / "repomd.xml").is_file()
+        assert (root / "openeuler" / release / "OS" / arch / repos.RPM_KEY_NAME).is_file()
+    packages = root / "openeuler" / repos.OPENEULER_RELEASES[0] / "OS" / arch / "Packages"
+    rpmdb = tmp_path / "rpmdb"
+    rpm = ["rpm", "--dbpath", str(rpmdb)]
+    subprocess.run([*rpm, "--initdb"], check=True)
+    subprocess.run([*rpm, "--import", str(packages.parent / repos.RPM_KEY_NAME)], check=True)
+    checked = subprocess.run(
+        [*rpm, "--checksig", *map(str, sorted(packages.glob("*.rpm")))], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    assert len(lines) == 9 and all(line.endswith("digests signatures OK") for line in lines), (
+        lines
+    )  # dkms: everything
+
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet"]
+    subprocess.run([*gpg, "--import", str(root / "ubuntu" / repos.APT_KEY_NAME)], check=True)
+    for suite in repos.UBUNTU_SUITES:
+        verified = subprocess.run(
+            [*gpg, "--verify", str(root / "ubuntu/dists" / suite / "InRelease")],
+            capture_output=True,
+            text=True,
+        )
+        assert verified.returncode == 0, verified.stderr
+
+    sums = subprocess.run(
+        ["sha256sum", "-c", "sha256sums.txt"], cwd=root / "ascend", capture_output=True, text=True
+    )
+    assert sums.returncode == 0, sums.stdout + sums.stderr
+    assert "Ascend-hdk-910b-npu-driver_25.0.rc1.1_linux-" + arch + ".run: OK" in sums.stdout
+
+    # Served over HTTP on the bridge address, as the nodes see it.
+    with urllib.request.urlopen(f"{served.url}/ascend/sha256sums.txt", timeout=10) as answer:
+        assert answer.read() == (root / "ascend" / "sha256sums.txt").read_bytes()
+    group_vars = yaml.safe_load(sim_cluster.group_vars_path.read_text())
+    assert group_vars["openeuler_repos_mirror_url"] == f"{served.url}/openeuler"
+
+
+def provision(*args: str, runs: Path) -> dict[str, Any]:
+    env = {**os.environ, "PROVISION_RUNS_DIR": str(runs), "CI": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "provision", *args, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+def _sh(cluster: Cluster, node: str, script: str) -> str:
+    done = cluster.exec(node, ["sh", "-c", script], timeout=60)
+    assert done.returncode == 0, f"{node}: {script}\n{done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def _state(cluster: Cluster) -> dict[str, str]:
+    """What plan must not change: source files, packages, dpkg selections, dnf.conf."""
+    script = (
+        "ls -la /etc/yum.repos.d /etc/apt/sources.list.d 2>/dev/null; cat /etc/dnf/dnf.conf;"
+        " rpm -qa 2>/dev/null | sort; dpkg --get-selections | grep -v deinstall"
+    )
+    return {node.name: _sh(cluster, node.name, script) for node in cluster.nodes}
+
+
+@pytest.mark.cluster
+def test_repos_plan_apply_repeat(sim_cluster: Cluster, tmp_path: Path) -> None:
+    inventory = str(sim_cluster.inventory_path)
+    runs = tmp_path / "runs"
+    fresh = {}
+    for node in sim_cluster.nodes:
+        family = "openeuler" if node.flavour.startswith("openeuler") else "ubuntu"
+        path, content = STRAY[family]
+        own = (
+            "/etc/yum.repos.d/provision-openEuler.repo"
+            if family == "openeuler"
+            else ("/etc/apt/sources.list.d/provision-ubuntu.sources")
+        )
+        fresh[node.name] = (
+            _sh(sim_cluster, node.name, f"test -e {own} && echo no || echo yes").strip() == "yes"
+        )
+        _sh(sim_cluster, node.name, f"printf '{content}' > {path}")
+
+    before = _state(sim_cluster)
+    plan = provision("plan", inventory, "-p", "repos", runs=runs)
+    assert plan["ok"] and plan["check"]
+    assert _state(sim_cluster) == before, "plan changed a node"
+    tasks: dict[str, set[str]] = {}
+    for change in plan["changes"]:
+        tasks.setdefault(change["host"], set()).add(change["task"].split(" : ", 1)[-1])
+    for node in sim_cluster.nodes:
+        dnf = node.flavour.startswith("openeuler")
+        assert (
+            "Disable the other repository files (moved aside)"
+            if dnf
+            else "Disable the other source files (moved aside)"
+        ) in tasks[node.name]
+        if fresh[node.name]:
+            assert ("Write the openEuler repositories" if dnf else "Write the Ubuntu source") in tasks[
+                node.name
+            ]
+            assert "Packages to install once the sources are in place" in tasks[node.name]
+
+    first = provision("apply", inventory, "-p", "repos", runs=runs)
+    assert all(stats["changed"] > 0 for stats in first["hosts"].values()), first["hosts"]
+    again = provision("apply", inventory, "-p", "repos", runs=runs)
+    assert {host: stats["changed"] for host, stats in again["hosts"].items()} == {
+        node.name: 0 for node in sim_cluster.nodes
+    }, again["changes"]
+
+    arch = platform.machine()
+    for node in sim_cluster.nodes:
+        npus = _sh(sim_cluster, node.name, "lspci -n -d 19e5:")  # the REAL lspci from the mirror's package
+        assert [line.split()[2] for line in npus.splitlines()].count("19e5:d802") == 8, npus
+        _sh(sim_cluster, node.name, "command -v ifconfig dkms gcc make")
+        if node.flavour.startswith("openeuler"):
+            version = node.flavour.removeprefix("openeuler-")
+            repo = _sh(sim_cluster, node.name, "cat /etc/yum.repos.d/provision-openEuler.repo")
+            for section in repos.OPENEULER_SECTIONS:
+                assert f"/openeuler/openEuler-{version}-LTS-SP1/{section}/$basearch/\n" in repo
+            assert "gpgcheck=1\n" in repo
+            assert "x86_64" not in repo and "aarch64" not in repo, "the arch comes from $basearch"
+            listing = _sh(sim_cluster, node.name, "ls /etc/yum.repos.d")
+            assert listing.split() == ["openEuler.repo.provision-disabled", "provision-openEuler.repo"]
+            _sh(sim_cluster, node.name, "rpm -q pciutils net-tools dkms gcc make python3-devel")
+            _sh(sim_cluster, node.name, "rpm -q kernel-devel-$(uname -r) kernel-headers-$(uname -r)")
+            _sh(sim_cluster, node.name, "test -d /usr/src/kernels/$(uname -r)")
+            assert "exclude=kernel*\n" in _sh(sim_cluster, node.name, "cat /etc/dnf/dnf.conf")
+            assert "gpg-pubkey-" in _sh(sim_cluster, node.name, "rpm -qa"), "signatures were checked"
+        else:
+            source = _sh(sim_cluster, node.name, "cat /etc/apt/sources.list.d/provision-ubuntu.sources")
+            assert "Suites: jammy jammy-updates jammy-security\n" in source
+            assert "Signed-By: /etc/apt/keyrings/provision-ubuntu.asc\n" in source
+            listing = _sh(sim_cluster, node.name, "ls /etc/apt/sources.list.d")
+            assert listing.split() == ["provision-ubuntu.sources", "ubuntu.list.provision-disabled"]
+            status = _sh(sim_cluster, node.name, "dpkg -s pciutils net-tools dkms gcc make python3-dev")
+            assert status.count("Status: install ok installed") == 6
+            _sh(sim_cluster, node.name, "test -d /lib/modules/$(uname -r)/build")
+            held = _sh(sim_cluster, node.name, "dpkg --get-selections | awk '$2 == \"hold\" {print $1}'")
+            assert held.split() == [f"linux-headers-{platform.release()}"]
+    assert arch  # the mirror was built for this host's nodes (see test_mirror_layout...)
+
+
+@pytest.mark.cluster
+def test_plain_ansible_playbook(sim_cluster: Cluster) -> None:
+    """The same playbook without provision: ansible-playbook from the repository root (its ansible.cfg)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            "-i",
+            str(sim_cluster.inventory_path),
+            "playbooks/repos.yml",
+        ],
+        cwd=ansible_root(),
+        capture_output=True,
+        text=True,
+        env={**env, "ANSIBLE_NOCOLOR": "1"},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
+    recap = done.stdout[done.stdout.index("PLAY RECAP") :]
+    for node in sim_cluster.nodes:
+        line = next(line for line in recap.splitlines() if line.startswith(node.name))
+        assert "failed=0" in line and "unreachable=0" in line, line
