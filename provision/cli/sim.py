@@ -42,12 +42,19 @@ def up(
         help=f"Node OS: {', '.join(flavours.FLAVOURS)}; a comma list is used in turn (mixed cluster).",
     ),
     npus: int = typer.Option(8, "--npus", help="Simulated Ascend 910B NPUs per node."),
+    bind_ro: list[str] = typer.Option(
+        [],
+        "--bind-ro",
+        metavar="SRC[:DST]",
+        help="Mount a host folder or file read-only into every node (repeatable), e.g. the cached engine: "
+        "see `python -m provision.serving.engine paths`.",
+    ),
     name: str = NAME_OPTION,
 ) -> None:
     """Boot a simulated cluster and write its inventory."""
     out = Console.for_stream()
     err = Console.for_stream(sys.stderr)
-    cluster = Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status)
+    cluster = Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status, binds=bind_ro)
     for node in cluster.nodes:
         out.line(f"{node.name:<8} {node.ip:<15} {node.flavour}")
     t = cluster.timings

@@ -83,6 +83,8 @@ class Cluster:
     nodes: list[Node]
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds spent in the phases of the last :meth:`up`: base, network, start, boot, total."""
+    binds: tuple[str, ...] = ()
+    """Read-only bind mounts into every node (``SRC:DST``), e.g. the cached engine at the same paths."""
 
     # -- where things are -------------------------------------------------------------------------------
 
@@ -150,6 +152,7 @@ class Cluster:
             "subnet": self.subnet.index,
             "base": str(self.base),
             "nodes": [node.to_dict() for node in self.nodes],
+            "binds": list(self.binds),
         }
         self.cluster_file.write_text(json.dumps(data, indent=2) + "\n")
 
@@ -167,6 +170,7 @@ class Cluster:
             subnet=Subnet(int(data["subnet"])),
             base=Path(data["base"]),
             nodes=[Node.from_dict(name, folder, item) for item in data["nodes"]],
+            binds=tuple(str(bind) for bind in data.get("binds", [])),
         )
 
     # -- up ---------------------------------------------------------------------------------------------
@@ -184,12 +188,14 @@ class Cluster:
         boot_timeout: float = BOOT_TIMEOUT_S,
         progress: Progress | None = None,
         mirror: bool = True,
+        binds: Sequence[str] = (),
     ) -> Cluster:
         """Build the base if needed, then create, boot and wait for ``nodes`` nodes (sshd answering).
 
         ``os_list`` is one flavour or a comma list used in turn (see :func:`flavours.parse_os_list`).
         With ``mirror`` the local mirror (built once, cached) is served to the nodes and its URLs are
-        written to ``group_vars/npu_nodes.yml``. On any failure everything created so far is removed again.
+        written to ``group_vars/npu_nodes.yml``. ``binds`` (``SRC`` or ``SRC:DST``, see :func:`check_bind`)
+        are mounted read-only into every node. On any failure everything created so far is removed again.
         """
         check_name(name)
         if not 1 <= nodes <= network.MAX_NODES:
@@ -197,6 +203,7 @@ class Cluster:
         if not 1 <= npus <= MAX_NPUS:
             raise InputError(f"--npus must be between 1 and {MAX_NPUS}, not {npus}")
         node_flavours = flavours.parse_os_list(os_list, nodes)
+        bind_mounts = tuple(check_bind(bind) for bind in binds)
         require_host()
         folder = (root or state_root()) / name
         if (folder / "cluster.json").exists():
@@ -229,6 +236,7 @@ class Cluster:
                     )
                     for number, flavour in enumerate(node_flavours, start=1)
                 ],
+                binds=bind_mounts,
             )
             folder.mkdir(parents=True, exist_ok=True)
             folder.chmod(0o700)
@@ -299,7 +307,7 @@ class Cluster:
         self.control_dir.mkdir(mode=0o700, exist_ok=True)
         self.inventory_path.write_text(self.inventory())
         for node in self.nodes:
-            nodes.start(node)
+            nodes.start(node, self.binds)
 
     def wait_ready(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         """Wait until every node's sshd answers; a node whose container died fails at once."""
@@ -410,6 +418,17 @@ class Cluster:
                     timeout=5,
                     check=False,
                 )
+
+
+def check_bind(bind: str) -> str:
+    """``SRC`` or ``SRC:DST`` (absolute paths, SRC existing) as systemd-nspawn's ``SRC:DST``."""
+    source, _, target = bind.partition(":")
+    target = target or source
+    if not (source.startswith("/") and target.startswith("/")) or ":" in target:
+        raise InputError(f"bind mount {bind!r}: use SRC or SRC:DST with absolute paths (no other ':')")
+    if not Path(source).exists():
+        raise InputError(f"bind mount {bind!r}: {source} does not exist")
+    return f"{source}:{target}"
 
 
 def _subnets_in_use(root: Path) -> set[int]:

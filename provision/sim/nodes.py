@@ -194,7 +194,7 @@ def _npu_netns_binding(node: Node) -> list[str]:
     return [f"--bind-ro={network.netns_path(node.npu_netns)}:{inside}"]
 
 
-def nspawn_command(node: Node) -> list[str]:
+def nspawn_command(node: Node, binds: Sequence[str] = ()) -> list[str]:
     return [
         # systemd-nspawn runs *inside* the node's namespace instead of joining it with
         # --network-namespace-path: with that option nspawn 252 mounts the node's /sys in the host's
@@ -220,11 +220,15 @@ def nspawn_command(node: Node) -> list[str]:
         "--link-journal=no",
         "--console=read-only",
         *_npu_netns_binding(node),
+        *(f"--bind-ro={bind}" for bind in binds),
     ]
 
 
-def start(node: Node) -> ProcessRef:
-    """Launch the node's supervisor in its own session (it outlives the ``provision`` command)."""
+def start(node: Node, binds: Sequence[str] = ()) -> ProcessRef:
+    """Launch the node's supervisor in its own session (it outlives the ``provision`` command).
+
+    ``binds`` (``SRC:DST``) are mounted read-only into the node, on every boot.
+    """
     with node.console_log.open("ab") as log:
         process = subprocess.Popen(
             [
@@ -234,7 +238,7 @@ def start(node: Node) -> ProcessRef:
                 str(node.dir),
                 node.machine,
                 "--",
-                *nspawn_command(node),
+                *nspawn_command(node, binds),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
