@@ -16,7 +16,7 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 HOST_GROUP = "npu_nodes"
 """Every NPU server is in this group; the playbooks target it."""
@@ -77,15 +77,84 @@ class NpuPool(_Strict):
     profile: str | None = None
 
 
-class ServingProfile(_Strict):
-    """The vLLM serving knobs of one profile (real vLLM flags; see FACTS.md §1, §5)."""
+# Profile field -> the vLLM flag it becomes (provision.serving.profiles builds the command line from this).
+PROFILE_FLAGS: dict[str, str] = {
+    "model": "--model",
+    "served_model_name": "--served-model-name",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "data_parallel_size": "--data-parallel-size",
+    "pipeline_parallel_size": "--pipeline-parallel-size",
+    "distributed_executor_backend": "--distributed-executor-backend",
+    "data_parallel_size_local": "--data-parallel-size-local",
+    "data_parallel_rpc_port": "--data-parallel-rpc-port",
+    "enable_expert_parallel": "--enable-expert-parallel",
+    "quantization": "--quantization",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_model_len": "--max-model-len",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "block_size": "--block-size",
+    "dtype": "--dtype",
+    "enforce_eager": "--enforce-eager",
+    "trust_remote_code": "--trust-remote-code",
+    "additional_config": "--additional-config",
+}
+# Flags the pool, the node or the role set (never a profile's extra_args), and what sets them.
+MANAGED_FLAGS: dict[str, str] = {
+    "--port": "the pool's port",
+    "--host": "vllm_serve_bind_host",
+    "--api-key": "vllm_serve_api_key (kept out of the command line)",
+    "--data-parallel-address": "the head node of a multi-node profile",
+    "--data-parallel-start-rank": "the node's rank in a multi-node profile",
+    "--headless": "the node's rank in a multi-node profile",
+}
+# vLLM's short aliases of the flags above.
+FLAG_ALIASES = {
+    "-tp": "--tensor-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dpl": "--data-parallel-size-local",
+    "-ep": "--enable-expert-parallel",
+    "-q": "--quantization",
+}
+# Environment variables a profile may not set, and what sets them instead.
+RESERVED_ENV: dict[str, str] = {
+    "ASCEND_RT_VISIBLE_DEVICES": "the pool's devices (npu_pools_list)",
+    "ASCEND_VISIBLE_DEVICES": "the pool's devices (npu_pools_list)",
+    "VLLM_API_KEY": "vllm_serve_api_key (put it in ansible-vault)",
+}
 
-    model: str
+
+def _flag_of(arg: str) -> str | None:
+    """The canonical long flag of a command-line word (``--max_num_seqs=4`` -> ``--max-num-seqs``)."""
+    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit():
+        return None
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+        if name.startswith("--no-"):
+            name = "--" + name[5:]
+    return FLAG_ALIASES.get(name, name)
+
+
+class ServingProfile(_Strict):
+    """The vLLM serving knobs of one profile (real vLLM flags; see FACTS.md §1, §5).
+
+    Shipped profiles live in ``provision/data/profiles/<name>.yml``; ``vllm_serve_profiles`` adds or
+    overrides profiles in the inventory. Checks that need only the profile are validators here; checks
+    against the pool (TP x DP x PP = NPUs) are in :mod:`provision.inventory.validate`.
+    """
+
+    description: str | None = None
+    model: Annotated[str, Field(min_length=1)]
     served_model_name: str | None = None
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
     data_parallel_size: Annotated[int, Field(ge=1)] = 1
     pipeline_parallel_size: Annotated[int, Field(ge=1)] = 1
     nodes: Annotated[int, Field(ge=1)] = 1
+    distributed_executor_backend: Literal["mp", "ray"] | None = None
+    data_parallel_size_local: Annotated[int | None, Field(ge=1, validate_default=True)] = None
+    data_parallel_rpc_port: Port | None = None
     enable_expert_parallel: StrictBool = False
     quantization: Literal["ascend"] | None = None
     weights_quantization: Literal["w8a8", "w4a8", "w4a4", "w8a8-dynamic"] | None = None
@@ -94,10 +163,80 @@ class ServingProfile(_Strict):
     max_model_len: Annotated[int, Field(ge=1)] | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
     block_size: Annotated[int, Field(ge=16, multiple_of=16)] | None = None
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
+    enforce_eager: StrictBool = False
     trust_remote_code: StrictBool = False
     additional_config: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str | int | float] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
+    load_budget_s: Annotated[float, Field(gt=0)] | None = None
+
+    @field_validator("data_parallel_size_local")
+    @classmethod
+    def _dp_local_fits(cls, value: int | None, info: ValidationInfo) -> int | None:
+        dp, nodes = info.data.get("data_parallel_size"), info.data.get("nodes")
+        backend = info.data.get("distributed_executor_backend")
+        if dp is None or nodes is None:
+            return value
+        if nodes > 1 and backend != "ray":
+            if dp % nodes:
+                raise ValueError(
+                    f"a {nodes}-node profile with native data parallelism needs data_parallel_size "
+                    f"({dp}) divisible by nodes (or distributed_executor_backend: ray)"
+                )
+            if value is not None and value * nodes != dp:
+                raise ValueError(
+                    f"data_parallel_size_local {value} x {nodes} nodes must equal data_parallel_size {dp}"
+                )
+        elif value is not None and value != dp:
+            raise ValueError(
+                f"on one node (or with ray) data_parallel_size_local must equal {dp} or be unset"
+            )
+        return value
+
+    @field_validator("weights_quantization")
+    @classmethod
+    def _weights_need_flag(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("quantization") is None and "quantization" in info.data:
+            raise ValueError(
+                f"{value} weights from msModelSlim load only with quantization: ascend "
+                "(vLLM --quantization ascend)"
+            )
+        return value
+
+    @field_validator("max_num_batched_tokens")
+    @classmethod
+    def _batch_holds_seqs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        seqs = info.data.get("max_num_seqs")
+        if value is not None and seqs is not None and value < seqs:
+            raise ValueError(f"must be >= max_num_seqs ({seqs}): vLLM refuses a smaller token budget")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_not_reserved(cls, value: dict[str, str | int | float]) -> dict[str, str | int | float]:
+        taken = [f"{key} (set by {RESERVED_ENV[key]})" for key in value if key in RESERVED_ENV]
+        if taken:
+            raise ValueError(f"may not set {', '.join(taken)}")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args_do_not_conflict(cls, value: list[str]) -> list[str]:
+        by_flag = {flag: name for name, flag in PROFILE_FLAGS.items()}
+        problems = []
+        for arg in value:
+            if "\n" in arg or "\x00" in arg:
+                problems.append(f"{arg!r} holds a line break")
+                continue
+            flag = _flag_of(arg)
+            if flag in by_flag:
+                problems.append(f"{arg} conflicts with the profile field {by_flag[flag]}: set that instead")
+            elif flag in MANAGED_FLAGS:
+                problems.append(f"{arg} is set by {MANAGED_FLAGS[flag]}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
 
 class HostSettings(BaseModel):

@@ -1,0 +1,308 @@
+"""Serving profiles -> the vLLM command line and environment of each engine instance.
+
+A *profile* (:class:`~provision.inventory.schema.ServingProfile`) holds the vLLM knobs of a deployment:
+model, parallelism, quantization, scheduler limits, environment. Profiles ship as data in
+``provision/data/profiles/<name>.yml``; ``vllm_serve_profiles`` in the inventory adds or overrides them.
+A *pool* (``npu_pools_list``) names the NPUs and the port; a pool with a ``profile`` gets one engine
+instance on its node. This module is the one place that turns (profile, pool) into:
+
+- :func:`vllm_args`: the arguments after ``python -m vllm.entrypoints.openai.api_server`` (or ``vllm
+  serve``), every flag from a profile field (:data:`~provision.inventory.schema.PROFILE_FLAGS`), then the
+  profile's ``extra_args``;
+- :func:`vllm_env`: the environment (the profile's, plus per-node HCCL settings for multi-node profiles);
+- :func:`instances`: both for every served pool of a node, as plain data for the ``vllm_serve`` role.
+
+The API key never appears here: vLLM reads it from ``VLLM_API_KEY`` (same as ``--api-key``), which the role
+writes to a root-only environment file, so it stays out of ``ps``, the journal and the args file.
+Pure functions, no I/O except reading the shipped profiles.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provision.errors import InputError
+from provision.inventory.schema import PROFILE_FLAGS, NpuPool, ServingProfile
+from provision.paths import data_dir
+
+# The OpenAI-compatible server, started as a module: works for vllm (``vllm serve`` is the same server)
+# and for the CPU build used in tests, whose ``vllm`` console script does not run (FACTS.md §8).
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+DEFAULT_BIND_HOST = "0.0.0.0"
+DEFAULT_DP_RPC_PORT = 13389
+# Variables that tell HCCL, gloo and torch which host interface carries inter-node traffic (FACTS.md §5).
+IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
+
+
+class ProfileError(InputError):
+    """A profile that does not exist, does not parse, or does not fit its pool."""
+
+
+@dataclass(frozen=True)
+class NodeRank:
+    """Where this node stands in a multi-node profile: ``index`` 0 is the head (it serves the API)."""
+
+    index: int
+    head_address: str
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One engine instance: a pool of one node served with one profile. Plain data for the role."""
+
+    pool: str
+    profile: str
+    unit: str
+    port: int
+    devices: list[int]
+    model: str
+    served_model_name: str
+    nodes: int
+    args: list[str]
+    env: dict[str, str]
+    load_budget_s: float | None
+    description: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------- profiles
+
+
+@cache
+def _shipped_raw() -> dict[str, Any]:
+    folder = data_dir() / "profiles"
+    out: dict[str, Any] = {}
+    for file in sorted(folder.glob("*.yml")) if folder.is_dir() else []:
+        out[file.stem] = yaml.safe_load(file.read_text(encoding="utf-8"))
+    return out
+
+
+def shipped_profiles() -> dict[str, ServingProfile]:
+    """The profiles shipped in ``provision/data/profiles/*.yml``, by file name."""
+    return {name: ServingProfile.model_validate(raw) for name, raw in _shipped_raw().items()}
+
+
+def shipped_profile_path(name: str) -> Path:
+    return data_dir() / "profiles" / f"{name}.yml"
+
+
+def all_profiles(user: Mapping[str, Any] | None = None) -> dict[str, ServingProfile]:
+    """Shipped profiles, then the inventory's ``vllm_serve_profiles`` (a user profile replaces a shipped
+    one of the same name). Raises :class:`ProfileError` naming the first profile that does not parse."""
+    profiles = shipped_profiles()
+    for name, raw in (user or {}).items():
+        if isinstance(raw, ServingProfile):
+            profiles[str(name)] = raw
+            continue
+        try:
+            profiles[str(name)] = ServingProfile.model_validate(_plain(raw))
+        except ValueError as exc:
+            raise ProfileError(f"vllm_serve_profiles.{name}: {exc}") from exc
+    return profiles
+
+
+def served_name(profile: ServingProfile) -> str:
+    """The model name clients ask for: ``served_model_name``, else the model folder's name."""
+    return profile.served_model_name or Path(profile.model.rstrip("/")).name or profile.model
+
+
+def required_npus(profile: ServingProfile) -> int:
+    """NPUs the profile uses on each node: TP x DP x PP over its nodes."""
+    total = profile.tensor_parallel_size * profile.data_parallel_size * profile.pipeline_parallel_size
+    return total // profile.nodes
+
+
+def check_fits(profile: ServingProfile, pool: NpuPool, name: str = "") -> None:
+    """Raise :class:`ProfileError` unless TP x DP x PP equals the pool's NPUs x nodes."""
+    needed = profile.tensor_parallel_size * profile.data_parallel_size * profile.pipeline_parallel_size
+    have = len(pool.devices) * profile.nodes
+    if needed != have:
+        raise ProfileError(
+            f"pool {pool.name}: profile {name or '?'} needs TP x DP x PP = {needed} NPUs, "
+            f"the pool gives {len(pool.devices)} x {profile.nodes} node(s) = {have}"
+        )
+
+
+# --------------------------------------------------------------------------------------------- argv / env
+
+
+def vllm_args(
+    profile: ServingProfile,
+    pool: NpuPool,
+    *,
+    host: str = DEFAULT_BIND_HOST,
+    rank: NodeRank | None = None,
+) -> list[str]:
+    """The server's arguments for ``pool`` (``--port`` from the pool), in a stable order.
+
+    Every set profile field becomes its flag (booleans only when true, ``additional_config`` as compact
+    JSON); ``extra_args`` come last. A multi-node profile with native data parallelism needs ``rank``:
+    every node gets ``--data-parallel-address <head> --data-parallel-rpc-port P``, the others also
+    ``--headless --data-parallel-start-rank``.
+    """
+    argv: list[str] = [PROFILE_FLAGS["model"], profile.model]
+    argv += [PROFILE_FLAGS["served_model_name"], served_name(profile)]
+    argv += ["--host", host, "--port", str(pool.port)]
+    multi_dp = profile.nodes > 1 and profile.distributed_executor_backend != "ray"
+    for name, flag in PROFILE_FLAGS.items():
+        if name in ("model", "served_model_name", "data_parallel_rpc_port"):
+            continue
+        value = getattr(profile, name)
+        if name == "data_parallel_size_local" and value is None and multi_dp:
+            value = profile.data_parallel_size // profile.nodes
+        if name in ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size") and value == 1:
+            continue
+        if value is None or value is False or value == {}:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, dict):
+            argv += [flag, json.dumps(value, separators=(",", ":"), sort_keys=True)]
+        else:
+            argv += [flag, str(value)]
+    if multi_dp:
+        if rank is None:
+            raise ProfileError(
+                f"pool {pool.name}: a {profile.nodes}-node profile needs the node's rank and the head's "
+                "address"
+            )
+        local = profile.data_parallel_size_local or profile.data_parallel_size // profile.nodes
+        argv += [
+            "--data-parallel-address",
+            rank.head_address,
+            "--data-parallel-rpc-port",
+            str(profile.data_parallel_rpc_port or DEFAULT_DP_RPC_PORT),
+        ]
+        if rank.index > 0:
+            argv += ["--headless", "--data-parallel-start-rank", str(rank.index * local)]
+    elif profile.data_parallel_rpc_port is not None:
+        argv += ["--data-parallel-rpc-port", str(profile.data_parallel_rpc_port)]
+    return [*argv, *profile.extra_args]
+
+
+def vllm_env(
+    profile: ServingProfile,
+    pool: NpuPool,
+    *,
+    node_ip: str | None = None,
+    ifname: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The instance's environment: ``ASCEND_RT_VISIBLE_DEVICES`` from the pool, then the profile's env,
+    then ``extra`` (the role's ``vllm_serve_env``). A multi-node profile also gets ``HCCL_IF_IP`` (this
+    node's address) and the ``*_SOCKET_IFNAME`` variables (the interface that carries it)."""
+    env = {"ASCEND_RT_VISIBLE_DEVICES": ",".join(str(device) for device in pool.devices)}
+    env.update({key: _env_value(value) for key, value in profile.env.items()})
+    if profile.nodes > 1:
+        if node_ip:
+            env.setdefault("HCCL_IF_IP", node_ip)
+        if ifname:
+            for key in IFNAME_VARIABLES:
+                env.setdefault(key, ifname)
+    env.update({str(key): _env_value(value) for key, value in (extra or {}).items()})
+    return env
+
+
+def instances(
+    pools: Iterable[Mapping[str, Any] | NpuPool],
+    user_profiles: Mapping[str, Any] | None = None,
+    *,
+    host: str = DEFAULT_BIND_HOST,
+    node_ip: str | None = None,
+    ifname: str | None = None,
+    extra_env: Mapping[str, Any] | None = None,
+    rank: NodeRank | None = None,
+) -> list[Instance]:
+    """An :class:`Instance` for every pool that names a profile (pools without one are not served)."""
+    profiles = all_profiles(user_profiles)
+    out = []
+    for raw in pools:
+        pool = raw if isinstance(raw, NpuPool) else NpuPool.model_validate(_plain(raw))
+        if pool.profile is None:
+            continue
+        profile = profiles.get(pool.profile)
+        if profile is None:
+            known = ", ".join(sorted(profiles))
+            raise ProfileError(
+                f"pool {pool.name}: unknown serving profile {pool.profile!r}; defined: {known}"
+            )
+        check_fits(profile, pool, pool.profile)
+        notes = []
+        node_rank = rank
+        if profile.nodes > 1 and profile.distributed_executor_backend != "ray" and node_rank is None:
+            # The multi-node start (HCCN gate, head then workers) decides the rank; describe the head here.
+            node_rank = NodeRank(0, node_ip or "127.0.0.1")
+            notes.append("multi-node profile: arguments shown for the head node")
+        out.append(
+            Instance(
+                pool=pool.name,
+                profile=pool.profile,
+                unit=unit_name(pool.name),
+                port=pool.port,
+                devices=list(pool.devices),
+                model=profile.model,
+                served_model_name=served_name(profile),
+                nodes=profile.nodes,
+                args=vllm_args(profile, pool, host=host, rank=node_rank),
+                env=vllm_env(profile, pool, node_ip=node_ip, ifname=ifname, extra=extra_env),
+                load_budget_s=profile.load_budget_s,
+                description=profile.description or "",
+                notes=notes,
+            )
+        )
+    return out
+
+
+def unit_name(pool: str) -> str:
+    """The systemd unit of a pool's engine: ``vllm-<pool>.service``."""
+    return f"vllm-{pool}.service"
+
+
+def args_file(argv: Iterable[str]) -> str:
+    """The args file the role writes: one argument per line (read back by the launcher, no shell)."""
+    lines = []
+    for arg in argv:
+        if "\n" in arg or "\r" in arg or "\x00" in arg:
+            raise ProfileError(f"argument {arg!r} holds a line break: not representable in the args file")
+        lines.append(arg)
+    return "\n".join(lines) + "\n"
+
+
+def env_file(env: Mapping[str, str]) -> str:
+    """A systemd ``EnvironmentFile`` body: ``KEY="value"``, with double quotes, backslashes, backticks
+    and dollars escaped (systemd's parser unescapes exactly these inside double quotes)."""
+    lines = []
+    for key, value in sorted(env.items()):
+        if "\n" in value or "\x00" in value:
+            raise ProfileError(f"environment variable {key}: value holds a line break")
+        escaped = "".join(f"\\{char}" if char in '"\\`$' else char for char in value)
+        lines.append(f'{key}="{escaped}"')
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's tagged/lazy containers as plain dicts, lists and scalars (what pydantic wants)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
