@@ -253,8 +253,9 @@ def test_repos_plan_apply_repeat(sim_cluster: Cluster, tmp_path: Path) -> None:
 
 
 @pytest.mark.cluster
-def test_plain_ansible_playbook(sim_cluster: Cluster) -> None:
-    """The same playbook without provision: ansible-playbook from the repository root (its ansible.cfg)."""
+def test_plain_ansible_playbook_then_plan_other_settings(sim_cluster: Cluster, tmp_path: Path) -> None:
+    """``ansible-playbook`` without provision (from the repository root: its ansible.cfg) converges the
+    nodes; then a plan with an unsigned mirror and no kernel hold shows those diffs and changes nothing."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     done = subprocess.run(
         [
@@ -274,3 +275,28 @@ def test_plain_ansible_playbook(sim_cluster: Cluster) -> None:
     for node in sim_cluster.nodes:
         line = next(line for line in recap.splitlines() if line.startswith(node.name))
         assert "failed=0" in line and "unreachable=0" in line, line
+
+    before = _state(sim_cluster)
+    settings = {"openeuler_repos_gpgcheck": False, "openeuler_repos_hold_kernel": False}
+    plan = provision(
+        "plan", str(sim_cluster.inventory_path), "-p", "repos", "-e", json.dumps(settings), runs=tmp_path
+    )
+    assert _state(sim_cluster) == before, "plan changed a node"
+    changes: dict[str, dict[str, str]] = {}
+    for change in plan["changes"]:
+        changes.setdefault(change["host"], {})[change["task"].split(" : ", 1)[-1]] = change["diff"]
+    for node in sim_cluster.nodes:
+        if node.flavour.startswith("openeuler"):
+            assert set(changes[node.name]) == {
+                "Write the openEuler repositories",
+                "Remove the kernel exclude from dnf.conf",
+            }
+            diff = changes[node.name]["Write the openEuler repositories"]
+            assert "-gpgcheck=1" in diff and "+gpgcheck=0" in diff
+        else:
+            assert set(changes[node.name]) == {
+                "Write the Ubuntu source",
+                "Refresh the apt cache",
+                "Hold the installed kernel packages",
+            }
+            assert "+Trusted: yes" in changes[node.name]["Write the Ubuntu source"]
