@@ -344,7 +344,8 @@ def _remove_stale(cache: Path, keep: Path) -> None:
     """Older mirrors, unless a running cluster still serves them (its ``mirror.json`` names the folder)."""
     serving = {_served_root(path) for path in _server_records()}
     for path in cache.glob("mirror-*"):
-        if path != keep and path.is_dir() and path not in serving:
+        built = len(path.name) == len("mirror-") + 12 and not path.name.endswith(".partial")
+        if built and path != keep and path.is_dir() and path not in serving:
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -394,7 +395,7 @@ def _debs_in(folder: Path) -> dict[str, Path]:
 
 def ensure_key(cache: Path) -> Path:
     """A GnuPG home holding the mirror's signing key (generated once per cache folder)."""
-    home = cache / "mirror-gnupg"
+    home = cache / "gnupg-mirror"
     if (home / "ready").exists():
         return home
     shutil.rmtree(home, ignore_errors=True)
