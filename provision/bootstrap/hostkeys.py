@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import fnmatch
 import hashlib
 import hmac
 import re
@@ -133,11 +132,17 @@ def _names_match(patterns: Sequence[str], name: str) -> bool:
             continue
         negated = pattern.startswith("!")
         bare = pattern[1:] if negated else pattern
-        if fnmatch.fnmatchcase(name.lower(), bare.lower()):
+        if _wildcard(bare).fullmatch(name.lower()):
             if negated:
                 return False
             matched = True
     return matched
+
+
+def _wildcard(pattern: str) -> re.Pattern[str]:
+    """OpenSSH patterns know ``*`` and ``?`` only (``[host]:port`` brackets are literal)."""
+    parts = [".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower()]
+    return re.compile("".join(parts))
 
 
 def _hashed_match(pattern: str, name: str) -> bool:
