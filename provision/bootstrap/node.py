@@ -23,11 +23,13 @@ import paramiko
 from provision.ascend.npu_smi import ParseError
 from provision.bootstrap.credentials import DeployKey, PasswordSource, Secret
 from provision.bootstrap.discover import DISCOVERY_SCRIPT, parse_discovery
-from provision.bootstrap.errors import BootstrapError, HostKeyChanged, StepFailed
+from provision.bootstrap.errors import BootstrapError, HostKeyChanged, StepFailed, Unreachable
 from provision.bootstrap.hostkeys import PublicKey, TrustPolicy, Verdict
 from provision.bootstrap.ssh import Result, Session, Target, login, open_transport
 
 CHANGE = "@@@change "
+RELOAD_GRACE_S = 15.0
+"""How long sshd may take to listen again after a reload."""
 Report = Callable[[str, str], None]
 """``report(host, what is happening)``: live progress."""
 
@@ -365,7 +367,16 @@ def _harden(
     if len(result.changes) == before:
         return
     try:
-        _prove(target, options, key, session.secrets)
+        # sshd re-executes itself on reload: for a moment nothing listens on the port.
+        deadline = time.monotonic() + RELOAD_GRACE_S
+        while True:
+            try:
+                _prove(target, options, key, session.secrets)
+                break
+            except Unreachable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     except BootstrapError as exc:
         session.root(UNHARDEN_SCRIPT)
         raise StepFailed(
