@@ -1,0 +1,241 @@
+"""Action plugin ``vllm_health``: the health gate of a node's vLLM instances, run from the controller.
+
+The gate itself is :mod:`provision.serving.health` (one implementation for the role, the CLI and the
+tests). This plugin only wires it to a node: the endpoint is the node's address (``ansible_host``) and the
+pool's port; liveness is the systemd unit's state, asked over the existing connection (``systemctl
+show``), and the log tail is the unit's journal. The pools and their served model names come from
+``npu_pools_list`` and the serving profiles (:mod:`provision.serving.profiles`). Documentation:
+``plugins/modules/vllm_health.py``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from provision.errors import InputError
+from provision.serving import health
+from provision.serving.health import Endpoint, Timeouts, Verdict
+from provision.serving.profiles import Instance, instances
+
+_ARGS: dict[str, type | tuple[type, ...]] = {
+    "pools": (list, str),
+    "wait": bool,
+    "budget_s": (int, float),
+    "poll_s": (int, float),
+    "settle_s": (int, float),
+    "completion_timeout_s": (int, float),
+    "alive_every_s": (int, float),
+    "log_lines": int,
+    "host": str,
+    "api_key": str,
+    "fail_when_not_ready": bool,
+    "port": int,
+    "model": str,
+}
+_SHOW = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result")
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """``systemctl show -p A -p B`` output (``A=x`` lines) as a dict."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def describe_unit(state: Mapping[str, str]) -> str:
+    """``active/running, pid 123`` or ``activating/auto-restart, 2 restart(s), result signal``."""
+    text = f"{state.get('ActiveState', '?')}/{state.get('SubState', '?')}"
+    if state.get("MainPID", "0") not in ("", "0"):
+        text += f", pid {state['MainPID']}"
+    if state.get("NRestarts", "0") not in ("", "0"):
+        text += f", {state['NRestarts']} restart(s)"
+    if state.get("Result", "success") not in ("", "success"):
+        text += f", result {state['Result']}"
+    return text
+
+
+class UnitWatch:
+    """Liveness and log of one systemd unit on the node, read over the connection.
+
+    ``alive()`` is what the gate asks after each probe: the unit is active/running and its main process is
+    the one first seen (a restart by ``Restart=on-failure`` means the engine died). It asks the node at most
+    every ``every_s`` seconds: a refused connect costs microseconds, an SSH round trip does not.
+    """
+
+    def __init__(self, run: Callable[[str], dict[str, Any]], unit: str, *, every_s: float, track_pid: bool):
+        self._run = run
+        self.unit = unit
+        self.every_s = every_s
+        self.track_pid = track_pid
+        self.first_pid: str | None = None
+        self.state: dict[str, str] = {}
+        self._asked_at: float | None = None
+        self._alive = False
+
+    def refresh(self) -> dict[str, str]:
+        props = " ".join(f"-p {name}" for name in _SHOW)
+        done = self._run(f"systemctl show {props} {shlex.quote(self.unit)}")
+        if done.get("rc", 1) != 0:
+            raise AnsibleActionFail(
+                f"cannot ask systemd about {self.unit}: {done.get('stderr') or done.get('stdout')}"
+            )
+        self.state = parse_show(str(done.get("stdout", "")))
+        self._asked_at = time.monotonic()
+        pid = self.state.get("MainPID", "0")
+        running = self.state.get("ActiveState") == "active" and self.state.get("SubState") == "running"
+        if running and self.first_pid is None and pid != "0":
+            self.first_pid = pid
+        same = not self.track_pid or self.first_pid is None or pid == self.first_pid
+        self._alive = running and pid != "0" and same
+        return self.state
+
+    def alive(self) -> bool:
+        if self._asked_at is None or time.monotonic() - self._asked_at >= self.every_s:
+            self.refresh()
+        return self._alive
+
+    def journal(self, lines: int) -> list[str]:
+        done = self._run(f"journalctl -u {shlex.quote(self.unit)} -n {int(lines)} --no-pager -o cat")
+        text = str(done.get("stdout", "")) or str(done.get("stderr", ""))
+        return [line for line in text.splitlines() if line.strip()]
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _VALID_ARGS = frozenset(_ARGS)
+
+    def run(self, tmp: str | None = None, task_vars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._checked_args()
+
+        def var(name: str, default: Any = None) -> Any:
+            if name not in task_vars:
+                return default
+            return self._templar.template(task_vars[name])
+
+        try:
+            found = instances(var("npu_pools_list") or [], var("vllm_serve_profiles") or {})
+        except (InputError, ValueError) as exc:
+            raise AnsibleActionFail(f"cannot work out the node's vLLM instances: {exc}") from exc
+        wanted = args.get("pools")
+        if isinstance(wanted, str):
+            wanted = [wanted]
+        if ("port" in args or "model" in args) and (wanted is None or len(wanted) != 1):
+            raise AnsibleActionFail("port and model override one instance: name exactly one pool in pools")
+        if wanted is not None:
+            unknown = sorted(set(wanted) - {inst.pool for inst in found})
+            if unknown:
+                served = ", ".join(inst.pool for inst in found) or "none"
+                raise AnsibleActionFail(
+                    f"no served pool {', '.join(unknown)} on this node (served: {served})"
+                )
+            found = [inst for inst in found if inst.pool in wanted]
+
+        host = str(args.get("host") or var("ansible_host") or var("inventory_hostname"))
+        api_key = args.get("api_key", var("vllm_serve_api_key")) or None
+        check_mode = bool(self._task.check_mode)
+        wait = bool(args.get("wait", True)) and not check_mode
+
+        endpoints = [self._gate(inst, host, api_key, args, var, wait=wait) for inst in found]
+        ready = all(item["ready"] for item in endpoints)
+        result.update(changed=False, ready=ready, endpoints=endpoints)
+        lines = [f"{item['pool']}: {item['state']} ({item['url']}): {item['message']}" for item in endpoints]
+        result["msg"] = "\n".join(lines) if lines else "no pool with a serving profile on this node"
+        if check_mode:
+            result["msg"] = "check mode, probed once without waiting:\n" + result["msg"]
+        elif not ready and args.get("fail_when_not_ready", True):
+            result["failed"] = True
+        return result
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _checked_args(self) -> dict[str, Any]:
+        args = dict(self._task.args)
+        for name, kind in _ARGS.items():
+            value = args.get(name)
+            if value is None:
+                continue
+            if kind is bool:
+                if isinstance(value, str):
+                    args[name] = value.lower() in ("1", "true", "yes", "on")
+                elif not isinstance(value, bool):
+                    raise AnsibleActionFail(f"{name} must be true or false, not {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (kind, str)):
+                raise AnsibleActionFail(f"{name} has the wrong type: {type(value).__name__}")
+            elif isinstance(value, str) and kind in (int, (int, float)):
+                try:
+                    args[name] = int(value) if kind is int else float(value)
+                except ValueError:
+                    raise AnsibleActionFail(f"{name} must be a number, not {value!r}") from None
+        return args
+
+    def _execute(self, command: str) -> dict[str, Any]:
+        done: dict[str, Any] = self._low_level_execute_command(command, sudoable=True)
+        return done
+
+    def _gate(
+        self,
+        inst: Instance,
+        host: str,
+        api_key: str | None,
+        args: Mapping[str, Any],
+        var: Callable[[str, Any], Any],
+        *,
+        wait: bool,
+    ) -> dict[str, Any]:
+        address = f"[{host}]" if ":" in host else host
+        port = int(args.get("port") or inst.port)
+        model = str(args.get("model") or inst.served_model_name)
+        endpoint = Endpoint(f"http://{address}:{port}", model=model, api_key=api_key)
+        unit = UnitWatch(
+            self._execute, inst.unit, every_s=float(args.get("alive_every_s", 1.0)), track_pid=wait
+        )
+        lines = int(args.get("log_lines", health.DEFAULT_LOG_LINES))
+        timeouts = Timeouts(completion_s=float(args.get("completion_timeout_s", 30.0)))
+        budget = float(
+            args.get("budget_s")
+            or inst.load_budget_s
+            or var("vllm_serve_load_budget_s", None)
+            or health.DEFAULT_LOAD_BUDGET_S
+        )
+        verdict: Verdict
+        if wait:
+            verdict = health.wait_ready(
+                endpoint,
+                alive=unit.alive,
+                log=lambda: unit.journal(lines),
+                budget_s=budget,
+                poll_s=float(args.get("poll_s", health.DEFAULT_POLL_S)),
+                settle_s=float(args.get("settle_s", health.DEFAULT_SETTLE_S)),
+                timeouts=timeouts,
+                log_lines=lines,
+            )
+        else:
+            verdict = health.check(
+                endpoint, alive=unit.alive, log=lambda: unit.journal(lines), timeouts=timeouts
+            )
+        unit.refresh()
+        unit_state = describe_unit(unit.state)
+        if not verdict.ready:
+            verdict = replace(verdict, reason=f"{verdict.reason} [{inst.unit}: {unit_state}]")
+        return {
+            "pool": inst.pool,
+            "unit": inst.unit,
+            "unit_state": unit_state,
+            "profile": inst.profile,
+            "budget_s": budget if wait else None,
+            **verdict.as_dict(),
+            "message": verdict.message,
+        }

@@ -1,0 +1,295 @@
+"""Serving profiles: the shipped data, profile -> vLLM argv/env, and the rules `provision validate` enforces."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from provision.cli import main
+from provision.inventory.schema import NpuPool, ServingProfile
+from provision.serving import profiles
+from provision.serving.profiles import NodeRank, ProfileError
+
+pytestmark = pytest.mark.unit
+
+SHIPPED = sorted(profiles.shipped_profiles())
+
+
+def pool_for(profile: ServingProfile, name: str = "p", port: int = 8000) -> NpuPool:
+    return NpuPool(name=name, devices=list(range(profiles.required_npus(profile))), port=port, profile=name)
+
+
+# --------------------------------------------------------------------------------------------- shipped
+
+
+def test_the_seed_cases_are_shipped() -> None:
+    assert {"chat-32b-tp8", "batching-32b-tp8", "deepseek-r1-w8a8-2node", "smollm2-cpu"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profile_is_complete(name: str) -> None:
+    profile = profiles.shipped_profiles()[name]
+    assert profile.description, "every shipped profile says what it is for"
+    assert profile.load_budget_s, "every shipped profile sets its load budget"
+    assert profile.model.startswith("/"), "weights come from a local path"
+    pool = pool_for(profile)
+    profiles.check_fits(profile, pool, name)
+    rank = NodeRank(0, "192.0.2.11") if profile.nodes > 1 else None
+    argv = profiles.vllm_args(profile, pool, rank=rank)
+    assert argv[:2] == ["--model", profile.model]
+    assert len(argv) == len(set(a for a in argv if a.startswith("--"))) + sum(
+        1 for a in argv if not a.startswith("--")
+    ), f"a flag appears twice: {argv}"
+
+
+def test_chat_profile_argv() -> None:
+    profile = profiles.shipped_profiles()["chat-32b-tp8"]
+    pool = NpuPool(name="chat", devices=list(range(8)), port=8000, profile="chat-32b-tp8")
+    assert profiles.vllm_args(profile, pool) == [
+        "--model",
+        "/data/models/DeepSeek-R1-Distill-Qwen-32B",
+        "--served-model-name",
+        "deepseek-r1-distill-qwen-32b",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "8",
+        "--max-model-len",
+        "32768",
+        "--gpu-memory-utilization",
+        "0.9",
+    ]
+    env = profiles.vllm_env(profile, pool)
+    assert env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert env["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"
+
+
+def test_batching_profile_uses_real_scheduler_flags() -> None:
+    profile = profiles.shipped_profiles()["batching-32b-tp8"]
+    argv = profiles.vllm_args(profile, pool_for(profile))
+    assert argv[argv.index("--max-num-seqs") + 1] == "32"
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "2048"
+
+
+def test_deepseek_two_nodes_head_and_worker() -> None:
+    """FACTS.md §5: DP 4 x TP 4, EP, W8A8; node 0 is the head, node 1 headless from DP rank 2."""
+    profile = profiles.shipped_profiles()["deepseek-r1-w8a8-2node"]
+    pool = NpuPool(name="r1", devices=list(range(8)), port=8000, profile="deepseek-r1-w8a8-2node")
+    head = profiles.vllm_args(profile, pool, rank=NodeRank(0, "192.0.2.11"))
+    worker = profiles.vllm_args(profile, pool, rank=NodeRank(1, "192.0.2.11"))
+    for argv in (head, worker):
+        text = " ".join(argv)
+        for expected in (
+            "--tensor-parallel-size 4",
+            "--data-parallel-size 4",
+            "--data-parallel-size-local 2",
+            "--enable-expert-parallel",
+            "--quantization ascend",
+            "--max-num-seqs 16",
+            "--max-model-len 16384",
+            "--max-num-batched-tokens 4096",
+            "--gpu-memory-utilization 0.92",
+            "--trust-remote-code",
+            "--data-parallel-address 192.0.2.11",
+            "--data-parallel-rpc-port 13389",
+        ):
+            assert expected in text
+    assert "--headless" not in head
+    assert worker[-3:] == ["--headless", "--data-parallel-start-rank", "2"]
+    env = profiles.vllm_env(profile, pool, node_ip="192.0.2.12", ifname="enp67s0f0")
+    assert env["HCCL_IF_IP"] == "192.0.2.12"
+    assert env["HCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == "enp67s0f0"
+    assert env["HCCL_OP_EXPANSION_MODE"] == "AIV"
+    assert env["OMP_PROC_BIND"] == "false"
+    with pytest.raises(ProfileError, match="rank"):
+        profiles.vllm_args(profile, pool)
+
+
+def test_ray_profile_has_no_dp_address() -> None:
+    profile = ServingProfile(
+        model="/m", nodes=2, tensor_parallel_size=8, pipeline_parallel_size=2, distributed_executor_backend="ray"
+    )
+    argv = profiles.vllm_args(profile, pool_for(profile))
+    assert "--distributed-executor-backend" in argv and "ray" in argv
+    assert "--data-parallel-address" not in argv
+
+
+def test_additional_config_is_compact_json_and_extra_args_come_last() -> None:
+    profile = ServingProfile(
+        model="/m/x/",
+        additional_config={"b": {"enabled": True}, "a": 1},
+        extra_args=["--seed", "1024", "--no-enable-prefix-caching"],
+    )
+    argv = profiles.vllm_args(profile, pool_for(profile), host="10.0.0.5")
+    assert argv[argv.index("--additional-config") + 1] == '{"a":1,"b":{"enabled":true}}'
+    assert argv[-3:] == ["--seed", "1024", "--no-enable-prefix-caching"]
+    assert argv[argv.index("--served-model-name") + 1] == "x"  # the folder's name by default
+    assert argv[argv.index("--host") + 1] == "10.0.0.5"
+
+
+def test_instances_for_the_served_pools_only() -> None:
+    pools: list[dict[str, Any]] = [
+        {"name": "smol", "devices": [0], "port": 8000, "profile": "smollm2-cpu"},
+        {"name": "idle", "devices": [1], "port": 8001},
+        {"name": "mine", "devices": [2, 3], "port": 8002, "profile": "tp2"},
+    ]
+    found = profiles.instances(
+        pools, {"tp2": {"model": "/models/m", "tensor_parallel_size": 2}}, extra_env={"LD_LIBRARY_PATH": "/x"}
+    )
+    assert [(i.pool, i.unit, i.port, i.served_model_name) for i in found] == [
+        ("smol", "vllm-smol.service", 8000, "smollm2"),
+        ("mine", "vllm-mine.service", 8002, "m"),
+    ]
+    assert found[1].env == {"ASCEND_RT_VISIBLE_DEVICES": "2,3", "LD_LIBRARY_PATH": "/x"}
+    assert found[0].load_budget_s == 600
+    with pytest.raises(ProfileError, match="unknown serving profile 'nope'"):
+        profiles.instances([{"name": "a", "devices": [0], "port": 8000, "profile": "nope"}])
+    with pytest.raises(ProfileError, match="needs TP x DP x PP = 1"):
+        profiles.instances([{"name": "a", "devices": [0, 1], "port": 8000, "profile": "smollm2-cpu"}])
+
+
+def test_user_profile_overrides_a_shipped_one() -> None:
+    found = profiles.all_profiles({"smollm2-cpu": {"model": "/elsewhere/smollm2", "served_model_name": "s"}})
+    assert found["smollm2-cpu"].model == "/elsewhere/smollm2"
+    with pytest.raises(ProfileError, match=r"vllm_serve_profiles\.bad"):
+        profiles.all_profiles({"bad": {"model": "/m", "tensor_parallel_size": 0}})
+
+
+def test_args_and_env_files() -> None:
+    assert profiles.args_file(["--additional-config", '{"a": "b c"}']) == '--additional-config\n{"a": "b c"}\n'
+    with pytest.raises(ProfileError, match="line break"):
+        profiles.args_file(["a\nb"])
+    assert profiles.env_file({"B": 'say "hi" $HOME `x` \\', "A": "1"}) == (
+        'A="1"\nB="say \\"hi\\" \\$HOME \\`x\\` \\\\"\n'
+    )
+    assert profiles.env_file({}) == ""
+
+
+# --------------------------------------------------------------------------------------------- schema rules
+
+BAD_PROFILES: list[tuple[str, dict[str, Any], str]] = [
+    ("port-in-extra-args", {"extra_args": ["--port", "9000"]}, "--port is set by the pool's port"),
+    ("api-key-in-extra-args", {"extra_args": ["--api-key=secret"]}, "vllm_serve_api_key"),
+    ("tp-in-extra-args", {"extra_args": ["-tp", "2"]}, "conflicts with the profile field tensor_parallel_size"),
+    ("underscore-flag", {"extra_args": ["--max_num_seqs=4"]}, "profile field max_num_seqs"),
+    ("negated-flag", {"extra_args": ["--no-enforce-eager"]}, "profile field enforce_eager"),
+    ("newline-arg", {"extra_args": ["a\nb"]}, "line break"),
+    ("devices-in-env", {"env": {"ASCEND_RT_VISIBLE_DEVICES": "0"}}, "the pool's devices"),
+    ("key-in-env", {"env": {"VLLM_API_KEY": "x"}}, "ansible-vault"),
+    ("weights-without-flag", {"weights_quantization": "w8a8"}, "quantization: ascend"),
+    ("batch-below-seqs", {"max_num_seqs": 64, "max_num_batched_tokens": 32}, ">= max_num_seqs (64)"),
+    ("dp-not-divisible", {"nodes": 2, "data_parallel_size": 3, "tensor_parallel_size": 4}, "divisible"),
+    ("dp-local-wrong", {"nodes": 2, "data_parallel_size": 4, "data_parallel_size_local": 1}, "must equal"),
+    ("unknown-field", {"max_num_batches": 32}, "Extra inputs"),
+    ("bad-dtype", {"dtype": "fp8"}, "bfloat16"),
+]
+
+
+@pytest.mark.parametrize(("fields", "message"), [(f, m) for _, f, m in BAD_PROFILES], ids=[c[0] for c in BAD_PROFILES])
+def test_schema_rejects(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        ServingProfile.model_validate({"model": "/m", **fields})
+    assert message in str(info.value)
+
+
+def test_schema_accepts_harmless_extra_args() -> None:
+    profile = ServingProfile(model="/m", extra_args=["--seed", "1", "--enable-chunked-prefill", "-O0"])
+    assert profile.extra_args[-1] == "-O0"
+
+
+# --------------------------------------------------------------------------------------------- validate (CLI)
+
+INI = "[npu_nodes]\nnode1 ansible_host=192.0.2.11\n"
+
+
+def validate(tmp_path: Path, group_vars: str, monkeypatch: pytest.MonkeyPatch) -> int:
+    (tmp_path / "group_vars").mkdir(exist_ok=True)
+    (tmp_path / "group_vars" / "npu_nodes.yml").write_text(textwrap.dedent(group_vars))
+    (tmp_path / "inventory.ini").write_text(INI)
+    monkeypatch.setattr("sys.argv", ["provision", "validate", str(tmp_path / "inventory.ini")])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    code = exit_info.value.code
+    return int(code) if isinstance(code, int) else 0
+
+
+VALIDATE_CASES: list[tuple[str, str, list[str]]] = [
+    (
+        "extra-args-set-the-port",
+        """\
+        npu_pools_list: [{name: chat, devices: [0], port: 8000, profile: p}]
+        vllm_serve_profiles:
+          p: {model: /m, extra_args: ["--port", "8001"]}
+        """,
+        ["vllm_serve_profiles.p.extra_args", "--port is set by the pool's port"],
+    ),
+    (
+        "weights-without-quantization",
+        """\
+        vllm_serve_profiles:
+          w: {model: /m, weights_quantization: w8a8}
+        """,
+        ["vllm_serve_profiles.w.weights_quantization = 'w8a8'", "quantization: ascend"],
+    ),
+    (
+        "two-node-profile-on-a-half-pool",
+        """\
+        npu_pools_list: [{name: r1, devices: [0, 1, 2, 3], port: 8000, profile: deepseek-r1-w8a8-2node}]
+        """,
+        ["npu_pools_list[0].profile = 'deepseek-r1-w8a8-2node'", "= 16 NPUs", "4 x 2 node(s) = 8"],
+    ),
+    (
+        "port-clash",
+        """\
+        npu_pools_list:
+          - {name: a, devices: [0], port: 8000, profile: smollm2-cpu}
+          - {name: b, devices: [1], port: 8000, profile: smollm2-cpu}
+        """,
+        ["npu_pools_list[1].port = 8000", "already used by pool 'a'"],
+    ),
+    (
+        "unknown-role-variable",
+        """\
+        vllm_serve_load_budget: 60
+        """,
+        ["vllm_serve_load_budget", "did you mean 'vllm_serve_load_budget_s'?"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("group_vars", "expected"), [(g, e) for _, g, e in VALIDATE_CASES], ids=[c[0] for c in VALIDATE_CASES]
+)
+def test_validate_rejects_before_any_host(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    group_vars: str,
+    expected: list[str],
+) -> None:
+    assert validate(tmp_path, group_vars, monkeypatch) == 2
+    output = capsys.readouterr()
+    text = output.out + output.err
+    for fragment in expected:
+        assert fragment in text, text
+
+
+def test_validate_accepts_the_shipped_profiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group_vars = """\
+    npu_pools_list:
+      - {name: chat, devices: [0, 1, 2, 3, 4, 5, 6, 7], port: 8000, profile: chat-32b-tp8}
+    vllm_serve_profiles:
+      tp1: {model: /m, extra_args: ["--seed", "7"]}
+    vllm_serve_api_key: "{{ lookup('env', 'PROVISION_API_KEY') }}"
+    """
+    code = validate(tmp_path, group_vars, monkeypatch)
+    output = capsys.readouterr()
+    assert code == 0, output.out + output.err
