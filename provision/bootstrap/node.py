@@ -219,7 +219,7 @@ def _bootstrap(target: Target, options: Options, report: Report, result: HostRes
             report(target.name, "already bootstrapped: re-checking through the deploy user")
         else:
             session = _first_contact(transport, target, options, verdict.key, report)
-            result.login = f"{session.user} ({'root' if session.mode == 'root' else session.mode})"
+            result.login = session.login
         _steps(session, options, report, result)
         if not already:
             report(target.name, "proving the deploy key on a new connection")
@@ -271,10 +271,13 @@ def _first_contact(
     transport.close()
     transport = _reconnect(target, options, key)
     report(target.name, f"logging in as {user}")
-    login(transport, target, user, key=options.login_key, password=options.password)
+    method = login(transport, target, user, key=options.login_key, password=options.password)
     secrets: list[Secret] = options.password.known() if options.password is not None else []
     session = Session(transport, target, user, list(secrets))
     session.become_root(options.password)
+    via = {"root": "root", "sudo": "sudo", "sudo-password": "sudo with password"}[session.mode]
+    session.login = f"{user} with {method}, {via}"
+    report(target.name, f"logged in as {session.login}")
     return session
 
 

@@ -189,6 +189,8 @@ class Session:
         self.mode = "user"
         """``user``; after :meth:`become_root`: ``root``, ``sudo`` (no password) or ``sudo-password``."""
         self._sudo_password: Secret | None = None
+        self.login = user
+        """How the session got in, for the record (``root with password, root``)."""
 
     def close(self) -> None:
         self.transport.close()

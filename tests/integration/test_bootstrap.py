@@ -211,6 +211,15 @@ def test_new_rack_to_preflight_then_nothing_to_do(sim_cluster_factory, tmp_path:
         f"useradd -m -s /bin/bash admin && echo 'admin:{PASSWORD}' | chpasswd && "
         "echo 'admin ALL=(ALL:ALL) ALL' > /etc/sudoers.d/admin && chmod 440 /etc/sudoers.d/admin",
     )
+    # node1: the vendor's key is authorized for root (the others refuse it and take the password).
+    vendor = new_key_pair("vendor")
+    (tmp_path / "vendor_key").write_text(vendor.private_openssh)
+    (tmp_path / "vendor_key").chmod(0o600)
+    run_in(
+        cluster,
+        "node1",
+        f"install -d -m 700 /root/.ssh && echo '{vendor.public_line}' > /root/.ssh/authorized_keys",
+    )
     folder = tmp_path / "site"
     folder.mkdir()
     inventory = folder / "inventory.ini"
@@ -220,6 +229,8 @@ def test_new_rack_to_preflight_then_nothing_to_do(sim_cluster_factory, tmp_path:
 
     first = bootstrap(
         *args,
+        "--key",
+        str(tmp_path / "vendor_key"),
         "--password-env",
         PASSWORD_ENV,
         "--trust-on-first-use",
@@ -238,6 +249,9 @@ def test_new_rack_to_preflight_then_nothing_to_do(sim_cluster_factory, tmp_path:
             host_key(cluster, name).fingerprint,
             "8 x 910B",
         ]
+    assert "node1            logged in as root with key, root\n" in first.stdout
+    assert "node2            logged in as root with password, root\n" in first.stdout
+    assert "node3            logged in as admin with password, sudo with password\n" in first.stdout
     assert "installed python3 sudo (apt-get)" in out
     assert "hardened sshd" in out
     assert f"generated the deploy key {deploy_key}" in first.stdout
@@ -344,6 +358,12 @@ def test_each_failure_has_its_own_message_and_the_others_succeed(sim_cluster_fac
     (folder / "known_hosts").write_text(f"{ip['node4']} {recorded[0]} {recorded[1]}\n")
     before = (folder / "known_hosts").read_text()
     nobody = cluster.subnet.node_ip(150)
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text(
+        "# delivery note, rack 3\n"
+        f"node1={ip['node1']}\nnode2={ip['node2']}\nnode3=ops@{ip['node3']}\nnode4={ip['node4']}\n"
+        f"gone={nobody}   # never racked\nclosed={ip['node1']}:2222\n"
+    )
 
     result = bootstrap(
         "-i",
@@ -357,12 +377,8 @@ def test_each_failure_has_its_own_message_and_the_others_succeed(sim_cluster_fac
         "--trust-on-first-use",
         "--timeout",
         "5",
-        f"node1={ip['node1']}",
-        f"node2={ip['node2']}",
-        f"node3=ops@{ip['node3']}",
-        f"node4={ip['node4']}",
-        f"gone={nobody}",
-        f"closed={ip['node1']}:2222",
+        "--from",
+        str(hosts),
     )
     out = result.stdout
     assert result.returncode == 1, out + result.stderr
