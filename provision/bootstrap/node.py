@@ -183,12 +183,6 @@ class HostResult:
     def ok(self) -> bool:
         return self.error is None
 
-    @property
-    def status(self) -> str:
-        if self.error is not None:
-            return "failed"
-        return "changed" if self.changes else "unchanged"
-
 
 def bootstrap_host(target: Target, options: Options, report: Report) -> HostResult:
     """Run every step on one host; a :class:`BootstrapError` ends up in ``result.error``, never raised."""
@@ -240,6 +234,7 @@ def _trust(target: Target, options: Options, key: PublicKey, result: HostResult,
     report(target.name, f"host key {key.fingerprint}")
     verdict = options.policy.verify(target.name, target.known_hosts_name, key)
     result.trusted_by = verdict.trusted_by
+    report(target.name, f"host key trusted: {verdict.trusted_by}")
     if verdict.record:
         options.policy.record.add(target.known_hosts_name, key)
         result.changes.append(f"recorded host key {key.fingerprint} ({verdict.trusted_by})")

@@ -237,11 +237,10 @@ class Session:
             rc = channel.recv_exit_status() if channel.exit_status_ready() else -1
         finally:
             channel.close()
-        decode = bytes.decode
         return Result(
             rc,
-            scrub(decode(bytes(out), errors="replace"), self.secrets),
-            scrub(decode(bytes(err), errors="replace"), self.secrets),
+            scrub(out.decode(errors="replace"), self.secrets),
+            scrub(err.decode(errors="replace"), self.secrets),
         )
 
     def become_root(self, password: PasswordSource | None) -> None:
