@@ -10,6 +10,7 @@ show``), and the log tail is the unit's journal. The pools and their served mode
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +40,7 @@ _ARGS: dict[str, type | tuple[type, ...]] = {
     "port": int,
     "model": str,
 }
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SHOW = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result")
 
 
@@ -105,9 +107,10 @@ class UnitWatch:
         return self._alive
 
     def journal(self, lines: int) -> list[str]:
-        done = self._run(f"journalctl -u {shlex.quote(self.unit)} -n {int(lines)} --no-pager -o cat")
-        text = str(done.get("stdout", "")) or str(done.get("stderr", ""))
-        return [line for line in text.splitlines() if line.strip()]
+        unit = shlex.quote(self.unit)
+        done = self._run(f"SYSTEMD_COLORS=0 journalctl -u {unit} -n {int(lines)} --no-pager -o cat")
+        text = _ANSI.sub("", str(done.get("stdout", "")) or str(done.get("stderr", "")))
+        return [line.rstrip() for line in text.splitlines() if line.strip()]
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints

@@ -1,20 +1,31 @@
 """``provision serve``: the serving endpoints and their health gate.
 
 ``provision serve status URL...`` probes each endpoint once with the gate (/health, /v1/models, a real
-completion) and prints one line per endpoint; exit 1 unless all are ready. Taking an inventory instead of
-URLs comes with the serving role.
+completion) and prints one line per endpoint; exit 1 unless all are ready.
+
+``provision serve status INVENTORY`` does the same for every pool with a serving profile on every node of
+the inventory, through the ``vllm_health`` action plugin (ad-hoc, via ansible-runner): the endpoint is the
+node's address and the pool's port, liveness is the unit ``vllm-<pool>.service`` (so a refused port reads
+loading or failed, never just unreachable), and a failed instance shows the last lines of its journal.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from provision import paths
 from provision.cli.console import Console
 from provision.errors import InputError
+from provision.inventory.schema import HOST_GROUP
+from provision.inventory.validate import check as check_inventory
 from provision.serving.health import Endpoint, State, Timeouts, Verdict, check
 
 serve_app = typer.Typer(
@@ -35,8 +46,9 @@ def _endpoint(url: str, model: str | None, api_key: str | None) -> Endpoint:
 def status(
     urls: list[str] = typer.Argument(
         ...,
-        metavar="URL",
-        help="Base URLs of OpenAI-compatible vLLM servers, e.g. http://10.0.0.5:8000 (host:port works too).",
+        metavar="URL... | INVENTORY",
+        help="Base URLs of OpenAI-compatible vLLM servers, e.g. http://10.0.0.5:8000 (host:port works too), "
+        "or one Ansible inventory: every pool with a serving profile on every node.",
     ),
     model: str | None = typer.Option(
         None,
@@ -55,9 +67,25 @@ def status(
         30.0, "--completion-timeout", help="Seconds a completion may take before the engine counts as hung."
     ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    limit: str | None = typer.Option(None, "--limit", "-l", help="INVENTORY only: these hosts/groups."),
+    log_lines: int = typer.Option(
+        20, "--log-lines", help="INVENTORY only: journal lines of a failed instance."
+    ),
 ) -> None:
     """Check endpoints once with the health gate: ready, loading, failed or unreachable; exit 1 unless all
     are ready."""
+    if len(urls) == 1 and "://" not in urls[0] and Path(urls[0]).exists():
+        if model is not None:
+            raise InputError("--model applies to URLs; with an inventory each pool's profile names its model")
+        _inventory_status(
+            Path(urls[0]),
+            api_key=api_key,
+            completion_timeout=completion_timeout,
+            as_json=as_json,
+            limit=limit,
+            log_lines=log_lines,
+        )
+        return
     endpoints = [_endpoint(url, model, api_key) for url in urls]
     timeouts = Timeouts(completion_s=completion_timeout)
     with ThreadPoolExecutor(max_workers=min(16, len(endpoints))) as pool:
@@ -83,6 +111,136 @@ def _table(verdicts: list[Verdict]) -> None:
         )
     ready = sum(v.state is State.READY for v in verdicts)
     out.line(f"{ready}/{len(verdicts)} ready")
+
+
+# ------------------------------------------------------------------------------------------ inventory
+
+
+def _inventory_status(
+    inventory: Path,
+    *,
+    api_key: str | None,
+    completion_timeout: float,
+    as_json: bool,
+    limit: str | None,
+    log_lines: int,
+) -> None:
+    check_inventory(inventory)  # bad input: exit 2, no host contacted
+    rows = probe_inventory(
+        inventory, api_key=api_key, completion_timeout=completion_timeout, limit=limit, log_lines=log_lines
+    )
+    all_ready = bool(rows) and all(row["state"] == State.READY.value for row in rows)
+    if as_json:
+        typer.echo(json.dumps({"ready": all_ready, "endpoints": rows}, indent=2))
+    else:
+        _inventory_table(rows)
+    if not all_ready:
+        raise typer.Exit(1)
+
+
+def probe_inventory(
+    inventory: Path,
+    *,
+    api_key: str | None = None,
+    completion_timeout: float = 30.0,
+    limit: str | None = None,
+    log_lines: int = 20,
+) -> list[dict[str, Any]]:
+    """One row per instance (and one per unreachable host): host plus the plugin's endpoint fields."""
+    import ansible_runner
+
+    rows: list[dict[str, Any]] = []
+
+    def handle(event: dict[str, Any]) -> bool:
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        host = str(data.get("host", "?"))
+        res = data.get("res") or {}
+        if kind in ("runner_on_ok", "runner_on_failed") and "endpoints" in res:
+            rows.extend({"host": host, **item} for item in res["endpoints"])
+        elif kind in ("runner_on_failed", "runner_on_unreachable"):
+            state = "unreachable" if kind == "runner_on_unreachable" else State.FAILED.value
+            message = str(res.get("msg", "")).strip() or "no answer"
+            rows.append(_host_row(host, state, message))
+        return True
+
+    args = " ".join(
+        [
+            "wait=false",
+            "fail_when_not_ready=false",
+            f"completion_timeout_s={completion_timeout}",
+            f"log_lines={log_lines}",
+        ]
+    )
+    extravars = {"vllm_serve_api_key": api_key} if api_key else {}
+    # A throw-away run directory: read-only probe, and an API key given here must not stay on disk.
+    with tempfile.TemporaryDirectory(prefix="provision-serve-status-") as private:
+        runner = ansible_runner.run(
+            private_data_dir=private,
+            inventory=str(inventory.resolve()),
+            host_pattern=HOST_GROUP,
+            module="vllm_health",
+            module_args=args,
+            limit=limit,
+            extravars=extravars,
+            envvars={
+                "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
+                "ANSIBLE_NOCOLOR": "1",
+                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+                "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+            },
+            event_handler=handle,
+            quiet=True,
+        )
+        if not rows and runner.rc != 0:
+            stdout = "\n".join(
+                p.read_text(errors="replace") for p in Path(private).glob("artifacts/*/stdout")
+            )
+            raise InputError(f"could not probe {inventory}: {stdout.strip()[-2000:] or runner.status}")
+    return sorted(rows, key=lambda row: (row["host"], str(row.get("pool", ""))))
+
+
+def _host_row(host: str, state: str, message: str) -> dict[str, Any]:
+    return {
+        "host": host,
+        "pool": None,
+        "unit": None,
+        "unit_state": None,
+        "url": "-",
+        "state": state,
+        "ready": False,
+        "model": None,
+        "reason": message.splitlines()[0],
+        "log_tail": message.splitlines()[1:],
+        "message": message,
+    }
+
+
+def _inventory_table(rows: list[dict[str, Any]]) -> None:
+    out = Console.for_stream(sys.stdout)
+    if not rows:
+        out.line("no pool with a serving profile in the inventory")
+        return
+    headers = ("HOST", "POOL", "ENDPOINT", "STATE", "MODEL")
+    cells = [
+        (
+            str(r["host"]),
+            str(r.get("pool") or "-"),
+            str(r["url"]),
+            str(r["state"]),
+            str(r.get("model") or "-"),
+        )
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    out.line("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + "  DETAIL")
+    for row, cell in zip(rows, cells, strict=True):
+        out.line("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)) + f"  {row['reason']}")
+        for line in row.get("log_tail") or []:
+            out.line(f"    | {line}")
+    ready = sum(r["state"] == State.READY.value for r in rows)
+    hosts = len({r["host"] for r in rows})
+    out.line(f"{ready}/{len(rows)} ready on {hosts} host(s)")
 
 
 def register(app: typer.Typer) -> None:
