@@ -1,0 +1,401 @@
+"""The ascend_driver role on simulated nodes: fresh install, upgrade in batches, drills that must stop.
+
+Each test starts its own small cluster (``sim_cluster_factory``) because it reboots nodes and leaves drivers
+installed: the session cluster stays fresh for the tests that expect an untouched node. The nodes get their
+prerequisites (pciutils, net-tools, dkms, gcc, make, kernel headers) from the cluster's local mirror through
+``playbooks/repos.yml``, and the vendor ``.run`` files (locked set and the older 25.0.rc1.1 / 8.2.RC1 set)
+from the same mirror, as on an air-gapped site.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provision.ascend import lock, parse_install_log, parse_npu_smi_board, parse_npu_smi_info
+from provision.paths import ansible_cfg, ansible_root
+from provision.sim import hardware
+from provision.sim.cluster import Cluster
+
+pytestmark = pytest.mark.cluster
+
+ClusterFactory = Callable[..., Cluster]
+LOCKED = lock.default_stack()
+OLD: dict[str, Any] = {
+    "ascend_driver_version": "25.0.rc1.1",
+    "ascend_driver_firmware_version": "7.7.0.1.231",
+    "cann_version": "8.2.RC1",
+    "cann_nnal_version": "8.2.RC1",
+    "provision_allow_unlocked_versions": True,
+}
+INSTALL_LOG = "/var/log/ascend_seclog/ascend_install.log"
+FACT = "/etc/ansible/facts.d/ascend.fact"
+POST_GATE = "ascend_driver : Check the driver, firmware, device nodes and NPU health after the reboot"
+REBOOT = "ascend_driver : Reboot to load the new driver and firmware"
+
+
+def unique(name: str) -> str:
+    """A cluster name of this pytest process (two sessions never remove each other's clusters)."""
+    return f"{name}-{os.getpid()}"[:24]
+
+
+# -- running provision ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    rc: int
+    summary: dict[str, Any]
+    stderr: str
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.summary["run_dir"])
+
+    def changed(self) -> dict[str, int]:
+        return {host: stats["changed"] for host, stats in self.summary["hosts"].items()}
+
+    def changes(self, host: str) -> list[str]:
+        return [c["task"] for c in self.summary["changes"] if c["host"] == host]
+
+    def failures(self) -> dict[str, str]:
+        return {f["host"]: f"{f['task']}: {f['message']}" for f in self.summary["failures"]}
+
+    def events(self, task: str) -> dict[str, dict[str, Any]]:
+        """host -> event_data of the task's runner_on_ok (the last one per host)."""
+        found: dict[str, dict[str, Any]] = {}
+        for path in sorted(self.run_dir.glob("artifacts/*/job_events/*.json"), key=_counter):
+            event = json.loads(path.read_text())
+            data = event.get("event_data") or {}
+            if event.get("event") == "runner_on_ok" and f"{data.get('role')} : {data.get('task')}" == task:
+                found[data["host"]] = data
+        return found
+
+    def explain(self) -> str:
+        return (
+            json.dumps({k: self.summary.get(k) for k in ("hosts", "failures")}, indent=1)
+            + self.stderr[-3000:]
+        )
+
+
+def _counter(path: Path) -> int:
+    return int(path.name.split("-", 1)[0])
+
+
+def provision(verb: str, inventory: Path, playbook: str, *args: str, timeout: float = 900) -> Run:
+    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(inventory.parent / "runs")}
+    argv = [sys.executable, "-m", "provision", verb, str(inventory), "-p", playbook, "--json", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    try:
+        summary = json.loads(done.stdout)
+    except ValueError:
+        pytest.fail(f"provision {verb} -p {playbook} printed no JSON (rc {done.returncode}):\n{done.stderr}")
+    return Run(done.returncode, summary, done.stderr)
+
+
+def ansible_playbook(inventory: Path, *playbooks: str) -> subprocess.CompletedProcess[str]:
+    """Plain ansible-playbook with the project's ansible.cfg (what users without provision run)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ansible_cfg()), "ANSIBLE_NOCOLOR": "1"}
+    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory)]
+    argv += [str(ansible_root() / "playbooks" / f"{name}.yml") for name in playbooks]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
+
+
+def inventory(cluster: Cluster, folder: Path, **group_vars: Any) -> Path:
+    """The cluster's inventory and mirror variables, copied to ``folder`` with ``group_vars`` added."""
+    (folder / "group_vars").mkdir(parents=True, exist_ok=True)
+    (folder / "host_vars").mkdir(exist_ok=True)
+    shutil.copy(cluster.inventory_path, folder / "inventory.ini")
+    mirror = yaml.safe_load(cluster.group_vars_path.read_text())
+    npus = len(node_npus(cluster, cluster.nodes[0].name))
+    values = {**mirror, "ascend_npu_count": npus, **group_vars}
+    (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(values))
+    return folder / "inventory.ini"
+
+
+def host_vars(inventory_path: Path, host: str, values: Mapping[str, Any] | None) -> None:
+    path = inventory_path.parent / "host_vars" / f"{host}.yml"
+    if values is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(yaml.safe_dump(dict(values)))
+
+
+# -- looking at nodes ----------------------------------------------------------------------------------------
+
+
+def sh(cluster: Cluster, node: str, script: str) -> str:
+    done = cluster.exec(node, ["sh", "-c", script], timeout=120)
+    assert done.returncode == 0, f"{node}: {script}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def exists(cluster: Cluster, node: str, path: str) -> bool:
+    return cluster.exec(node, ["test", "-e", path]).returncode == 0
+
+
+def node_npus(cluster: Cluster, node: str) -> list[Any]:
+    config = json.loads((cluster.node(node).root / hardware.HW_CONFIG.lstrip("/")).read_text())
+    return list(config["npus"])
+
+
+def boot_id(cluster: Cluster, node: str) -> str:
+    return sh(cluster, node, "cat /proc/sys/kernel/random/boot_id").strip()
+
+
+def boots(cluster: Cluster) -> dict[str, int]:
+    return {node.name: node.boots for node in cluster.nodes}
+
+
+def version_info(cluster: Cluster, node: str, what: str) -> str | None:
+    done = cluster.exec(node, ["cat", f"/usr/local/Ascend/{what}/version.info"])
+    if done.returncode != 0:
+        return None
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line).get("Version")
+
+
+def assert_driver_running(cluster: Cluster, node: str, driver: str, firmware: str, npus: int) -> None:
+    """npu-smi sees every NPU healthy at ``driver``, the chips run ``firmware``, the device nodes exist."""
+    info = parse_npu_smi_info(sh(cluster, node, "npu-smi info"))
+    assert info.driver_version == driver, node
+    assert len(info.npu_ids) == npus, node
+    assert info.all_healthy, f"{node}: {[(n.id, n.health) for n in info.npus]}"
+    board = parse_npu_smi_board(sh(cluster, node, "npu-smi info -t board -i 0"))
+    assert (board.software_version, board.firmware_version, board.compatible) == (driver, firmware, True)
+    assert (version_info(cluster, node, "driver"), version_info(cluster, node, "firmware")) == (
+        driver,
+        firmware,
+    )
+    devices = [f"/dev/davinci{i}" for i in range(npus)] + [
+        "/dev/davinci_manager",
+        "/dev/devmm_svm",
+        "/dev/hisi_hdc",
+    ]
+    owners = sh(cluster, node, "stat -c '%n %U %a' " + " ".join(devices)).split("\n")
+    assert [line.split() for line in owners if line] == [[d, "HwHiAiUser", "666"] for d in devices], node
+
+
+def log_order(cluster: Cluster, node: str, *messages: str) -> list[int]:
+    """Positions in the node's install log of the first line containing each message, after ``since``."""
+    entries = parse_install_log(sh(cluster, node, f"cat {INSTALL_LOG}")).entries
+    positions = []
+    for message in messages:
+        hits = [i for i, e in enumerate(entries) if message in f"[{e.component}] {e.message}"]
+        assert hits, f"{node}: {message!r} not in {INSTALL_LOG}"
+        positions.append(hits[-1])
+    return positions
+
+
+def when(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+# -- fresh install -------------------------------------------------------------------------------------------
+
+
+def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
+    sim_cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    npus = 8
+    cluster = sim_cluster_factory(
+        unique("drv-new"), nodes=2, os_list="openeuler-24.03,ubuntu-22.04", npus=npus
+    )
+    inv = inventory(cluster, tmp_path)
+    names = [node.name for node in cluster.nodes]
+    driver, firmware = str(LOCKED["driver"]), str(LOCKED["firmware"])
+    arch = sh(cluster, names[0], "uname -m").strip()
+    files = [
+        f"Ascend-hdk-910b-npu-driver_{driver}_linux-{arch}.run",
+        f"Ascend-hdk-910b-npu-firmware_{firmware}.run",
+    ]
+
+    repos = provision("apply", inv, "repos")
+    assert repos.rc == 0, repos.explain()
+
+    # plan: the artifacts, the installers in order and the reboot, per host; nothing changes.
+    before_boots = boots(cluster)
+    before_ids = {name: boot_id(cluster, name) for name in names}
+    plan = provision("plan", inv, "driver")
+    assert plan.rc == 0, plan.explain()
+    for name in names:
+        changes = plan.changes(name)
+        downloads = [c for c in changes if c.startswith("ascend_driver : Would download ")]
+        assert downloads == [f"ascend_driver : Would download {file}" for file in files], changes
+        runs = [c for c in changes if c.startswith("ascend_driver : Would run ")]
+        assert runs == [f"ascend_driver : Would run {file}" for file in files], changes
+        assert REBOOT in changes
+        assert not exists(cluster, name, "/usr/local/Ascend")
+        assert not exists(cluster, name, "/var/cache/provision/ascend")
+        assert "HwHiAiUser" not in sh(cluster, name, "cat /etc/passwd")
+    assert boots(cluster) == before_boots
+
+    # apply: driver then firmware, one reboot per node, the post-reboot gate passes.
+    apply = provision("apply", inv, "driver")
+    assert apply.rc == 0, apply.explain()
+    assert boots(cluster) == {name: count + 1 for name, count in before_boots.items()}
+    assert set(apply.events(POST_GATE)) == set(names)
+    for name in names:
+        assert boot_id(cluster, name) != before_ids[name]
+        assert_driver_running(cluster, name, driver, firmware, npus)
+        installed = log_order(
+            cluster, name, "[Driver] Driver package installed", "[Firmware] Firmware package installed"
+        )
+        assert installed == sorted(installed), f"{name}: fresh install must be driver, then firmware"
+        fact = json.loads(sh(cluster, name, f"cat {FACT}"))
+        assert (fact["driver"]["version"], fact["firmware"]["version"]) == (driver, firmware)
+        assert sh(cluster, name, "ls -A /var/cache/provision/ascend").strip() == ""
+
+    again = provision("apply", inv, "driver")
+    assert again.rc == 0, again.explain()
+    assert again.changed() == dict.fromkeys(names, 0)
+    assert boots(cluster) == {name: count + 1 for name, count in before_boots.items()}
+    empty_plan = provision("plan", inv, "driver")
+    assert empty_plan.summary["changes"] == []
+
+
+# -- upgrade ------------------------------------------------------------------------------------------------
+
+
+def test_upgrade_uses_the_upgrade_order_and_reboots_one_node_at_a_time(
+    sim_cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    npus = 2
+    cluster = sim_cluster_factory(
+        unique("drv-upg"), nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=npus
+    )
+    names = [node.name for node in cluster.nodes]
+    inv = inventory(cluster, tmp_path, **OLD)
+    assert provision("apply", inv, "repos").rc == 0
+
+    # The older stack, installed with plain ansible-playbook (the playbooks need no provision).
+    old = ansible_playbook(inv, "driver", "cann")
+    assert old.returncode == 0, old.stdout[-4000:]
+    for name in names:
+        assert_driver_running(
+            cluster, name, OLD["ascend_driver_version"], OLD["ascend_driver_firmware_version"], npus
+        )
+        assert exists(cluster, name, "/usr/local/Ascend/ascend-toolkit/8.2.RC1")
+    before = boots(cluster)
+
+    inventory(cluster, tmp_path)  # back to the lock
+    # The stack upgrade: driver and firmware one node at a time, then CANN.
+    upgrade = provision("apply", inv, "driver", "-e", "ascend_driver_serial=1")
+    assert upgrade.rc == 0, upgrade.explain()
+    cann = provision("apply", inv, "cann")
+    assert cann.rc == 0, cann.explain()
+    driver, firmware = str(LOCKED["driver"]), str(LOCKED["firmware"])
+    assert boots(cluster) == {name: count + 1 for name, count in before.items()}
+    for name in names:
+        assert_driver_running(cluster, name, driver, firmware, npus)
+        old_install, fw_upgrade, drv_upgrade = log_order(
+            cluster,
+            name,
+            "[Driver] Driver package installed",
+            "[Firmware] Firmware package upgraded",
+            "[Driver] Driver package upgraded",
+        )
+        assert old_install < fw_upgrade < drv_upgrade, f"{name}: an upgrade must be firmware, then driver"
+
+    # Batches of one: each node rebooted and passed the post-reboot gate before the next one rebooted.
+    reboots, gates = upgrade.events(REBOOT), upgrade.events(POST_GATE)
+    assert set(reboots) == set(gates) == set(names)
+    order = sorted(names, key=lambda host: when(reboots[host]["start"]))
+    for first, second in itertools.pairwise(order):
+        assert when(reboots[first]["end"]) <= when(gates[first]["end"]) <= when(reboots[second]["start"])
+
+    # CANN moved from the <= 8.3 layout to the >= 8.5 one.
+    for name in names:
+        assert not exists(cluster, name, "/usr/local/Ascend/ascend-toolkit/8.2.RC1")
+        assert exists(cluster, name, f"/usr/local/Ascend/cann-{LOCKED['cann']}")
+        env = sh(cluster, name, "bash -lc 'echo $ASCEND_TOOLKIT_HOME'").strip()
+        assert env == "/usr/local/Ascend/cann"
+
+    for playbook in ("driver", "cann"):
+        again = provision("apply", inv, playbook)
+        assert again.rc == 0, again.explain()
+        assert again.changed() == dict.fromkeys(names, 0), playbook
+
+
+# -- drills: each failure stops its node before any change; the others converge -----------------------------
+
+
+def test_checksum_health_and_prerequisite_failures_stop_only_their_node(
+    sim_cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    """node1 converges (after the documented DKMS-residue fix); node2 has a wrong pinned checksum, node3 no
+    prerequisites, node4 an unhealthy NPU while an upgrade is pending: each stops, untouched."""
+    npus = 2
+    cluster = sim_cluster_factory(
+        unique("drv-bad"),
+        nodes=4,
+        os_list="openeuler-22.03,ubuntu-22.04,openeuler-24.03,ubuntu-22.04",
+        npus=npus,
+    )
+    inv = inventory(cluster, tmp_path)
+    driver, firmware = str(LOCKED["driver"]), str(LOCKED["firmware"])
+    arch = sh(cluster, "node1", "uname -m").strip()
+    driver_file = f"Ascend-hdk-910b-npu-driver_{driver}_linux-{arch}.run"
+
+    assert provision("apply", inv, "repos", "--limit", "node1,node2,node4").rc == 0
+    host_vars(inv, "node4", OLD)
+    old = provision("apply", inv, "driver", "--limit", "node4")
+    assert old.rc == 0, old.explain()
+    host_vars(inv, "node4", None)
+    hardware.set_faults(cluster.node("node4").root, {"npu_health": {"1": "Critical"}})
+    host_vars(inv, "node2", {"ascend_driver_checksums": {driver_file: "0" * 64}})
+    sh(
+        cluster,
+        "node1",
+        "mkdir -p /var/lib/dkms/davinci_ascend/1.0/build && echo old > /var/lib/dkms/davinci_ascend/1.0/x",
+    )
+    before = boots(cluster)
+
+    run = provision("apply", inv, "driver")
+    assert run.rc == 1, run.explain()
+    failures = run.failures()
+    assert sorted(failures) == ["node2", "node3", "node4"], run.explain()
+
+    assert driver_file in failures["node2"]
+    assert f"expected {'0' * 64} (pinned in ascend_driver_checksums)" in failures["node2"]
+    assert "it is corrupted or not the vendor's file" in failures["node2"]
+    assert "correct ascend_driver_checksums" in failures["node2"]
+    assert "Nothing was installed on node2" in failures["node2"]
+
+    assert (
+        "lacks what the Ascend driver installer needs: lspci, ifconfig, dkms, gcc, make, kernel-headers"
+        in failures["node3"]
+    )
+    assert "playbooks/repos.yml" in failures["node3"]
+    assert "Nothing was changed on this node" in failures["node3"]
+
+    assert "unhealthy NPUs: NPU 1 Critical" in failures["node4"]
+    assert "ascend_driver_force: true" in failures["node4"]
+
+    # The failed nodes: no install, no user, no reboot; node4 still runs its old driver.
+    for name in ("node2", "node3"):
+        assert not exists(cluster, name, "/usr/local/Ascend/driver"), name
+        assert "HwHiAiUser" not in sh(cluster, name, "cat /etc/passwd"), name
+        assert not exists(cluster, name, f"/var/cache/provision/ascend/{driver_file}"), name
+    assert not exists(cluster, "node3", "/var/cache/provision/ascend")
+    assert version_info(cluster, "node4", "driver") == OLD["ascend_driver_version"]
+    assert not exists(cluster, "node4", f"/var/cache/provision/ascend/{driver_file}")
+    assert {name: boots(cluster)[name] for name in ("node2", "node3", "node4")} == {
+        name: before[name] for name in ("node2", "node3", "node4")
+    }
+
+    # node1 converged: the DKMS residue was removed (the documented fix) and the install retried once.
+    assert run.changed()["node1"] > 0 and boots(cluster)["node1"] == before["node1"] + 1
+    assert any("Remove the DKMS residue" in task for task in run.changes("node1")), run.changes("node1")
+    assert_driver_running(cluster, "node1", driver, firmware, npus)
