@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import paramiko
@@ -31,6 +32,7 @@ from provision.sim.cluster import Cluster
 from provision.sim.nodes import new_key_pair
 
 pytestmark = pytest.mark.cluster
+ClusterFactory = Callable[..., Cluster]  # the sim_cluster_factory fixture (tests/conftest.py)
 
 PASSWORD = f"Rack3-first-boot-{secrets.token_hex(8)}"
 """The planted secret: must appear in no output and no file."""
@@ -200,8 +202,10 @@ def row(output: str, host: str) -> list[str]:
 # --- the flow ----------------------------------------------------------------------------------------------
 
 
-def test_new_rack_to_preflight_then_nothing_to_do(sim_cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster: Cluster = sim_cluster_factory(f"bsa-{os.getpid()}", nodes=3, os_list=OS_LIST)
+def test_new_rack_to_preflight_then_nothing_to_do(
+    sim_cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    cluster = sim_cluster_factory(f"bsa-{os.getpid()}", nodes=3, os_list=OS_LIST)
     new_rack(cluster, minimal="node2")
     ip = {n.name: n.ip for n in cluster.nodes}
     # node3: the vendor set up an admin account that needs its password for sudo.
@@ -342,10 +346,10 @@ def test_new_rack_to_preflight_then_nothing_to_do(sim_cluster_factory, tmp_path:
     )
 
 
-def test_each_failure_has_its_own_message_and_the_others_succeed(sim_cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cluster: Cluster = sim_cluster_factory(
-        f"bsb-{os.getpid()}", nodes=4, os_list="openeuler-22.03,ubuntu-22.04"
-    )
+def test_each_failure_has_its_own_message_and_the_others_succeed(
+    sim_cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    cluster = sim_cluster_factory(f"bsb-{os.getpid()}", nodes=4, os_list="openeuler-22.03,ubuntu-22.04")
     new_rack(cluster, root_passwords={"node2": "another-password-entirely"})
     ip = {n.name: n.ip for n in cluster.nodes}
     run_in(cluster, "node3", f"useradd -m -s /bin/bash ops && echo 'ops:{PASSWORD}' | chpasswd")
