@@ -14,7 +14,7 @@ import typer
 from provision.errors import ProvisionError
 
 # Verb modules, in the order ``provision --help`` lists them.
-VERBS = ("validate", "plan", "apply", "serve", "image", "sim", "version")
+VERBS = ("bootstrap", "validate", "plan", "apply", "serve", "image", "sim", "version")
 
 app = typer.Typer(
     name="provision",
