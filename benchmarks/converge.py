@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""No-op converge of site.yml: `provision apply` vs stock `ansible-playbook`, on 1 and N simulated nodes.
+
+Usage (root, as for `provision sim`):  .venv/bin/python benchmarks/converge.py [--nodes 10] [--reps 3]
+
+Brings up a cluster named `bench`, converges it once, then times no-op runs (nothing left to change) of
+the same playbooks and roles:
+  provision  `provision apply INVENTORY --limit ...` (our ansible.cfg: pipelining, ControlPersist 300 s,
+             forks 50, small fact subsets per play)
+  stock      `ansible-playbook -i INVENTORY playbooks/site.yml --limit ...` with Ansible's defaults where
+             provision changes them: no pipelining, forks 5, ControlPersist 60 s (the plugin paths stay,
+             the roles need them)
+Runs alternate (provision, stock, provision, ...) so machine load affects both alike; SSH masters are
+closed before every run (cold start, like a fresh CLI invocation). Prints medians and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+STOCK_CFG = """\
+[defaults]
+roles_path = {root}/roles
+library = {root}/plugins/modules
+action_plugins = {root}/plugins/action
+filter_plugins = {root}/plugins/filter
+host_key_checking = True
+interpreter_python = auto_silent
+forks = 5
+[inventory]
+any_unparsed_is_failed = True
+[ssh_connection]
+pipelining = False
+"""
+
+
+def run(argv: list[str], env: dict[str, str]) -> float:
+    started = time.monotonic()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return seconds
+
+
+def close_masters(cluster_dir: Path) -> None:
+    for socket in (cluster_dir / "cp").glob("*"):
+        subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={socket}", "x"], capture_output=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--name", default="bench")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    args = parser.parse_args()
+
+    provision = [str(BIN / "provision")]
+    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": tempfile.mkdtemp(prefix="bench-runs-")}
+    subprocess.run([*provision, "sim", "down", "--name", args.name], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [
+            *provision,
+            "sim",
+            "up",
+            "--nodes",
+            str(args.nodes),
+            "--name",
+            args.name,
+            "--os",
+            "openeuler-22.03,ubuntu-22.04",
+        ],
+        env=env,
+        check=True,
+    )
+    cluster_dir = Path(os.environ.get("PROVISION_SIM_DIR", "/var/lib/provision-sim")) / args.name
+    inventory = cluster_dir / "inventory.ini"
+    try:
+        print("converging once (not timed) ...", flush=True)
+        run([*provision, "apply", str(inventory)], env)
+        with tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False) as cfg:
+            cfg.write(STOCK_CFG.format(root=ROOT))
+        stock_env = {**env, "ANSIBLE_CONFIG": cfg.name}
+        stock = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "site.yml")]
+
+        results: dict[tuple[str, int], list[float]] = {}
+        for count in (1, args.nodes):
+            limit = ",".join(f"node{i}" for i in range(1, count + 1))
+            for _ in range(args.reps):
+                for label, argv, run_env in (
+                    ("provision", [*provision, "apply", str(inventory), "--limit", limit], env),
+                    ("stock", [*stock, "--limit", limit], stock_env),
+                ):
+                    close_masters(cluster_dir)
+                    seconds = run(argv, run_env)
+                    results.setdefault((label, count), []).append(seconds)
+                    print(f"  {label:<10} {count:>2} node(s): {seconds:6.1f} s", flush=True)
+
+        print(f"\nno-op converge of site.yml, medians of {args.reps} (seconds)")
+        print(f"{'nodes':>5} {'provision':>10} {'stock':>8} {'stock/provision':>16}")
+        med = {key: statistics.median(values) for key, values in results.items()}
+        for count in (1, args.nodes):
+            ours, theirs = med[("provision", count)], med[("stock", count)]
+            print(f"{count:>5} {ours:>10.1f} {theirs:>8.1f} {theirs / ours:>15.2f}x")
+        scale = med[("provision", args.nodes)] / med[("provision", 1)]
+        print(f"provision t({args.nodes} nodes) / t(1 node) = {scale:.2f}")
+    finally:
+        if not args.keep:
+            subprocess.run([*provision, "sim", "down", "--name", args.name], env=env, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
