@@ -138,6 +138,18 @@ def _tear_down_at_end(request: pytest.FixtureRequest, cluster: Cluster) -> None:
     _interrupt_on_sigterm()
 
 
+@pytest.fixture(scope="module")
+def sim_cluster_module_factory(request: pytest.FixtureRequest) -> ClusterFactory:
+    """Like ``sim_cluster_factory``, for clusters shared by the tests of one module."""
+
+    def start(name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS) -> Cluster:
+        cluster = _start_cluster(name, nodes=nodes, os_list=os_list, npus=npus)
+        _tear_down_at_end(request, cluster)
+        return cluster
+
+    return start
+
+
 @pytest.fixture
 def sim_cluster_factory(request: pytest.FixtureRequest) -> ClusterFactory:
     """Start extra clusters for one test: ``sim_cluster_factory("t-ten", nodes=10, os_list="ubuntu-22.04")``.
