@@ -156,3 +156,5 @@ def test_both_layouts_then_upgrade(sim_cluster_factory: ClusterFactory, tmp_path
     rc, last = run("apply", inv)
     assert rc == 0, last["failures"]
     assert {h: s["changed"] for h, s in last["hosts"].items()} == {"node1": 0, "node2": 0}
+    rc, converged = run("plan", inv)
+    assert (rc, converged["changes"]) == (0, [])

@@ -399,3 +399,12 @@ def test_checksum_health_and_prerequisite_failures_stop_only_their_node(
     assert run.changed()["node1"] > 0 and boots(cluster)["node1"] == before["node1"] + 1
     assert any("Remove the DKMS residue" in task for task in run.changes("node1")), run.changes("node1")
     assert_driver_running(cluster, "node1", driver, firmware, npus)
+
+    # Forced past the health gate, node4 upgrades, reboots, and the post-reboot gate still reports the NPU.
+    forced = provision("apply", inv, "driver", "--limit", "node4", "-e", "ascend_driver_force=true")
+    assert forced.rc == 1, forced.explain()
+    message = forced.failures()["node4"]
+    assert message.startswith(POST_GATE), message
+    assert f"loaded driver {driver} (wanted {driver})" in message
+    assert "'1': 'Critical'" in message
+    assert boots(cluster)["node4"] == before["node4"] + 1
