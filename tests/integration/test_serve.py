@@ -1,0 +1,314 @@
+"""The vllm_serve role on a 2-node simulated cluster, serving the REAL vLLM CPU engine (SmolLM2-135M).
+
+Each node sees the engine cache (``provision.serving.engine``) at the same path through read-only bind
+mounts (``Cluster.up(binds=...)``), so ``vllm-smol.service`` runs the cached venv's Python inside the node
+like a production venv. One cluster for the module; the tests run in file order and share it:
+
+1. ``provision apply -p serve``: both instances ready, a completion answered from the controller; a second
+   apply changes nothing.
+2. ``provision apply -p upgrade`` to a broken profile (an unknown flag): node1 fails its gate and is rolled
+   back to the previous configuration, ready again; the rollout stops, and node2 answers every request
+   sent while it ran.
+3. The engine killed on node2: ``provision serve status INVENTORY`` reports it failed, with the journal.
+
+Costs: two engines (~3.6 GB each), ~1.5 min per cold start of both on 2 cores; the module takes ~4-5 min.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.errors import EnvironmentProblem
+from provision.serving import engine
+from provision.serving.profiles import shipped_profiles
+from provision.sim import rootfs
+from provision.sim.cluster import Cluster, state_root
+from provision.sim.system import require_host
+
+pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
+
+PROVISION = [sys.executable, "-m", "provision"]
+CLUSTER_PREFIX = "serve-"
+POOL = {"name": "smol", "devices": [0], "port": 8000, "profile": "smollm2-cpu"}
+APPLY_TIMEOUT_S = 600
+# The upgrade drill's traffic: bounded in count and in time, sent only to the nodes' addresses.
+TRAFFIC_MAX_REQUESTS = 1000
+TRAFFIC_MAX_S = 420.0
+TRAFFIC_PAUSE_S = 0.5
+
+
+# --------------------------------------------------------------------------------------------- fixtures
+
+
+def engine_binds() -> list[str]:
+    """``SRC:DST`` mounts that let a node run the cached engine: the cache and the interpreter's prefix
+    (``engine_runtime_paths()``), plus host libraries vLLM's native extension links against that the
+    nodes' base system lacks (libnuma)."""
+    binds = [f"{path}:{path}" for path in engine.engine_runtime_paths()]
+    base = rootfs.ensure_base()
+    site = next((engine.engine_venv() / "lib").glob("python3*/site-packages"))
+    for library in sorted((site / "vllm").glob("_C*.so")):
+        done = subprocess.run(["ldd", str(library)], capture_output=True, text=True, check=False)
+        for match in re.finditer(r"=> (/\S+)", done.stdout):
+            needed = Path(match.group(1))
+            if any(needed.is_relative_to(path) for path in engine.engine_runtime_paths()):
+                continue
+            target = needed.resolve().parent / needed.name  # /lib -> /usr/lib on merged-/usr systems
+            if not (base / str(target).lstrip("/")).exists() and f"{needed.resolve()}:{target}" not in binds:
+                binds.append(f"{needed.resolve()}:{target}")
+    return binds
+
+
+def _sim_unavailable(reason: str) -> None:
+    if os.environ.get("PROVISION_ALLOW_SKIP") == "1":
+        pytest.skip(f"simulated cluster unavailable: {reason}")
+    pytest.fail(
+        f"simulated cluster unavailable: {reason}\n(set PROVISION_ALLOW_SKIP=1 to skip)", pytrace=False
+    )
+
+
+def _remove_leftovers() -> None:
+    """Clusters of this module left by dead pytest processes (``serve-<pid>``)."""
+    root = state_root()
+    for folder in sorted(root.glob(f"{CLUSTER_PREFIX}*")) if root.is_dir() else []:
+        pid = folder.name.removeprefix(CLUSTER_PREFIX)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            stale = Cluster.load(folder.name)
+            if stale is not None:
+                stale.down()
+
+
+@dataclass
+class Served:
+    cluster: Cluster
+    inventory: Path
+    runs: Path
+    first_apply: dict[str, object] = field(default_factory=dict)
+    first_apply_s: float = 0.0
+
+    def url(self, node: str) -> str:
+        return f"http://{self.cluster.node(node).ip}:{POOL['port']}"
+
+    def group_vars(self) -> Path:
+        return self.inventory.parent / "group_vars" / "npu_nodes.yml"
+
+
+def provision(*args: str, runs: Path, timeout: float = APPLY_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PROVISION_RUNS_DIR": str(runs), "CI": "1"}
+    return subprocess.run(
+        [*PROVISION, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def good_settings() -> dict[str, object]:
+    settings: dict[str, object] = {
+        "npu_pools_list": [POOL],
+        "vllm_serve_venv": str(engine.engine_venv()),
+        # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
+        "vllm_serve_restart_sec": 60,
+    }
+    shipped = shipped_profiles()["smollm2-cpu"]
+    if Path(shipped.model) != engine.model_dir():  # a cache outside the default folder
+        profile = shipped.model_dump(exclude_defaults=True)
+        settings["vllm_serve_profiles"] = {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}
+    return settings
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    engine.prepare()  # cached: instant after the first time (~3 min)
+    try:
+        require_host()
+    except EnvironmentProblem as exc:
+        _sim_unavailable(str(exc))
+    _remove_leftovers()
+    name = f"{CLUSTER_PREFIX}{os.getpid()}"
+    leftover = Cluster.load(name)
+    if leftover is not None:
+        leftover.down()
+    cluster = Cluster.up(
+        name, nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds(), mirror=False
+    )
+    atexit.register(cluster.down)
+    try:
+        folder = tmp_path_factory.mktemp("serve")
+        inventory = folder / "inventory.ini"
+        inventory.write_text(cluster.inventory_path.read_text())
+        (folder / "group_vars").mkdir()
+        state = Served(cluster, inventory, folder / "runs")
+        state.group_vars().write_text(yaml.safe_dump(good_settings()))
+        started = time.monotonic()
+        done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
+        state.first_apply_s = time.monotonic() - started
+        assert done.returncode == 0, done.stdout + done.stderr + _journal(cluster)
+        state.first_apply = json.loads(done.stdout)
+        yield state
+    finally:
+        atexit.unregister(cluster.down)
+        cluster.down()
+
+
+def _journal(cluster: Cluster, lines: int = 40) -> str:
+    out = []
+    for node in cluster.nodes:
+        done = cluster.exec(
+            node.name, ["journalctl", "-u", "vllm-smol.service", "-n", str(lines), "--no-pager"]
+        )
+        out.append(f"\n--- {node.name}: journal of vllm-smol.service ---\n{done.stdout}{done.stderr}")
+    return "".join(out)
+
+
+def complete(url: str, prompt: str = "The capital of France is", timeout: float = 30.0) -> str:
+    body = json.dumps({"model": "smollm2", "prompt": prompt, "max_tokens": 4, "temperature": 0}).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        text: str = json.load(response)["choices"][0]["text"]
+    return text
+
+
+def status(served: Served) -> subprocess.CompletedProcess[str]:
+    return provision("serve", "status", str(served.inventory), runs=served.runs, timeout=120)
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+
+def test_apply_serves_both_nodes_then_changes_nothing(served: Served) -> None:
+    hosts = served.first_apply["hosts"]
+    assert isinstance(hosts, dict) and sorted(hosts) == ["node1", "node2"]
+    assert all(stats["changed"] > 0 and stats["failed"] == 0 for stats in hosts.values())
+    for node in ("node1", "node2"):
+        assert complete(served.url(node)).strip(), f"{node} answered an empty completion"
+        enabled = served.cluster.exec(node, ["systemctl", "is-enabled", "vllm-smol.service"])
+        assert enabled.stdout.strip() == "enabled", "the unit survives a reboot"
+        args = served.cluster.exec(node, ["cat", "/etc/provision/serve/smol/args"]).stdout.splitlines()
+        assert args[:3] == [f"{engine.engine_python()}", "-m", "vllm.entrypoints.openai.api_server"]
+        assert args[args.index("--port") + 1] == "8000"
+
+    shown = status(served)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.splitlines()[-1] == "2/2 ready on 2 host(s)"
+
+    again = provision("apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs)
+    assert again.returncode == 0, again.stdout + again.stderr
+    summary = json.loads(again.stdout)
+    assert {host: stats["changed"] for host, stats in summary["hosts"].items()} == {"node1": 0, "node2": 0}
+    print(f"\nfirst apply {served.first_apply_s:.1f} s, second apply {summary['seconds']:.1f} s")
+
+
+class Traffic:
+    """Completions sent round-robin to the nodes while an upgrade runs: bounded in count and in time."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.results: list[tuple[str, bool, str]] = []
+        self.capped = False  # stopped by its bounds before the upgrade ended
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + TRAFFIC_MAX_S
+        while not self._stop.is_set():
+            if len(self.results) >= TRAFFIC_MAX_REQUESTS or time.monotonic() > deadline:
+                self.capped = True
+                break
+            url = self.urls[len(self.results) % len(self.urls)]
+            try:
+                complete(url, "Hello", timeout=15)
+                self.results.append((url, True, "ok"))
+            except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+                self.results.append((url, False, str(exc)))
+            self._stop.wait(TRAFFIC_PAUSE_S)
+
+    def of(self, url: str) -> list[tuple[str, bool, str]]:
+        return [result for result in self.results if result[0] == url]
+
+
+def test_rolling_upgrade_to_a_broken_profile_rolls_back_while_node2_answers(served: Served) -> None:
+    good = served.group_vars().read_text()
+    broken = yaml.safe_load(good)
+    profile = shipped_profiles()["smollm2-cpu"].model_dump(exclude_defaults=True)
+    profile.update(broken.get("vllm_serve_profiles", {}).get("smollm2-cpu", {}))
+    profile["extra_args"] = ["--no-such-flag"]  # vLLM exits at once: unrecognized arguments
+    broken["vllm_serve_profiles"] = {"smollm2-cpu": profile}
+    node1, node2 = served.url("node1"), served.url("node2")
+    before = served.cluster.exec("node2", ["cat", "/etc/provision/serve/smol/args"]).stdout
+    served.group_vars().write_text(yaml.safe_dump(broken))
+    try:
+        with Traffic([node1, node2]) as traffic:
+            started = time.monotonic()
+            done = provision("apply", str(served.inventory), "-p", "upgrade", runs=served.runs)
+            took = time.monotonic() - started
+    finally:
+        served.group_vars().write_text(good)
+
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "FAILED node1: vllm_serve : Fail the host, naming both verdicts" in out
+    assert "vllm-smol.service on node1 failed its health gate with the new configuration" in out
+    assert "was rolled back to the previous one, which is ready again" in out
+    assert "unrecognized arguments: --no-such-flag" in out, "the journal tail names the cause"
+    assert "node2" not in re.findall(r"FAILED (\S+):", out), "the rollout stopped before node2"
+
+    to_node2 = traffic.of(node2)
+    assert not traffic.capped, "requests ran during the whole upgrade"
+    assert len(to_node2) >= 5, traffic.results
+    assert all(ok for _, ok, _ in to_node2), [r for r in to_node2 if not r[1]]
+    assert served.cluster.exec("node2", ["cat", "/etc/provision/serve/smol/args"]).stdout == before
+
+    assert complete(node1).strip(), "node1 serves again on the previous configuration"
+    args = served.cluster.exec("node1", ["cat", "/etc/provision/serve/smol/args"]).stdout
+    assert "--no-such-flag" not in args and args == before
+    failed_on_node1 = sum(not ok for _, ok, _ in traffic.of(node1))
+    print(
+        f"\nupgrade + rollback {took:.1f} s; requests: node2 {len(to_node2)} all answered, "
+        f"node1 {len(traffic.of(node1))} ({failed_on_node1} failed while it restarted)"
+    )
+
+
+def test_killed_engine_reads_failed_with_the_journal(served: Served) -> None:
+    killed = served.cluster.exec("node2", ["systemctl", "kill", "--signal=SIGKILL", "vllm-smol.service"])
+    assert killed.returncode == 0, killed.stderr
+    shown = status(served)
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    node1 = next(line for line in lines if line.startswith("node1 "))
+    node2 = next(line for line in lines if line.startswith("node2 "))
+    assert node1.split()[:4] == ["node1", "smol", served.url("node1"), "ready"]
+    assert node2.split()[:4] == ["node2", "smol", served.url("node2"), "failed"]
+    assert (
+        "the engine process is not running" in node2 and "vllm-smol.service: activating/auto-restart" in node2
+    )
+    assert any("Main process exited, code=killed, status=9/KILL" in line for line in lines if "| " in line)
+    assert lines[-1] == "1/2 ready on 2 host(s)"
+
+    as_json = provision("serve", "status", str(served.inventory), "--json", runs=served.runs, timeout=120)
+    report = json.loads(as_json.stdout)
+    assert report["ready"] is False
+    states = {(row["host"], row["pool"]): row["state"] for row in report["endpoints"]}
+    assert states == {("node1", "smol"): "ready", ("node2", "smol"): "failed"}
