@@ -32,6 +32,11 @@ from provision.inventory.schema import (
 from provision.paths import ansible_root
 
 Path_ = tuple[str | int, ...]
+
+# Variables read by play keywords (serial), which Ansible templates before any inventory variable exists.
+EXTRA_VARS_ONLY = {
+    "ascend_driver_serial": "a play keyword, ignored in the inventory; pass -e ascend_driver_serial=N",
+}
 AddFn = Callable[[Path_, Any, str], None]
 
 
@@ -252,6 +257,10 @@ def _check_host(host: str, variables: Mapping[str, Any], report: _Report) -> Non
         # A name close to one of ours but outside our prefixes is most likely a typo (npu_pool_list).
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6 if ours else 0.9)
         if not ours and not close:
+            continue
+        if name in EXTRA_VARS_ONLY:
+            origin = origin_of(value)
+            report.add(_scope_for(host, origin), name, value, EXTRA_VARS_ONLY[name], origin)
             continue
         if name not in known:
             origin = origin_of(value)

@@ -263,3 +263,15 @@ def test_missing_inventory_file(
 ) -> None:
     assert run_cli(["validate", str(tmp_path / "nope.ini")], monkeypatch) == 2
     assert "nope.ini: inventory not found" in capsys.readouterr().err
+
+
+def test_play_keyword_variable_in_inventory_is_explained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = write_tree(
+        tmp_path, {"inventory.ini": GOOD_INI, "group_vars/all.yml": "ascend_driver_serial: 1\n"}
+    )
+    assert run_cli(["validate", str(inventory)], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "group_vars/all.yml:1: group all: ascend_driver_serial = 1: a play keyword" in err
+    assert "-e ascend_driver_serial=N" in err
