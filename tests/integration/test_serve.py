@@ -4,8 +4,8 @@ Each node sees the engine cache (``provision.serving.engine``) at the same path 
 mounts (``Cluster.up(binds=...)``), so ``vllm-smol.service`` runs the cached venv's Python inside the node
 like a production venv. One cluster for the module; the tests run in file order and share it:
 
-1. ``provision apply -p serve``: both instances ready, a completion answered from the controller; a second
-   apply changes nothing.
+1. ``provision plan -p serve`` (dry run: nothing written), then ``provision apply -p serve``: both
+   instances ready, a completion answered from the controller; a second apply changes nothing.
 2. ``provision apply -p upgrade`` to a broken profile (an unknown flag): node1 fails its gate and is rolled
    back to the previous configuration, ready again; the rollout stops, and node2 answers every request
    sent while it ran.
@@ -45,11 +45,12 @@ pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
 PROVISION = [sys.executable, "-m", "provision"]
 CLUSTER_PREFIX = "serve-"
 POOL = {"name": "smol", "devices": [0], "port": 8000, "profile": "smollm2-cpu"}
+API_KEY = "serve-test-key"
 APPLY_TIMEOUT_S = 600
 # The upgrade drill's traffic: bounded in count and in time, sent only to the nodes' addresses.
 TRAFFIC_MAX_REQUESTS = 1000
 TRAFFIC_MAX_S = 420.0
-TRAFFIC_PAUSE_S = 0.5
+TRAFFIC_PAUSE_S = 1.0
 
 
 # --------------------------------------------------------------------------------------------- fixtures
@@ -98,6 +99,8 @@ class Served:
     cluster: Cluster
     inventory: Path
     runs: Path
+    plan: dict[str, object] = field(default_factory=dict)
+    unit_after_plan: bool = False
     first_apply: dict[str, object] = field(default_factory=dict)
     first_apply_s: float = 0.0
 
@@ -119,6 +122,7 @@ def good_settings() -> dict[str, object]:
     settings: dict[str, object] = {
         "npu_pools_list": [POOL],
         "vllm_serve_venv": str(engine.engine_venv()),
+        "vllm_serve_api_key": API_KEY,
         # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
         "vllm_serve_restart_sec": 60,
     }
@@ -152,6 +156,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         (folder / "group_vars").mkdir()
         state = Served(cluster, inventory, folder / "runs")
         state.group_vars().write_text(yaml.safe_dump(good_settings()))
+        planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        state.plan = json.loads(planned.stdout)
+        unit = cluster.exec("node1", ["test", "-e", "/etc/systemd/system/vllm-smol.service"])
+        state.unit_after_plan = unit.returncode == 0
         started = time.monotonic()
         done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
         state.first_apply_s = time.monotonic() - started
@@ -175,9 +184,8 @@ def _journal(cluster: Cluster, lines: int = 40) -> str:
 
 def complete(url: str, prompt: str = "The capital of France is", timeout: float = 30.0) -> str:
     body = json.dumps({"model": "smollm2", "prompt": prompt, "max_tokens": 4, "temperature": 0}).encode()
-    request = urllib.request.Request(
-        f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+    request = urllib.request.Request(f"{url}/v1/completions", data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as response:
         text: str = json.load(response)["choices"][0]["text"]
     return text
@@ -190,7 +198,14 @@ def status(served: Served) -> subprocess.CompletedProcess[str]:
 # --------------------------------------------------------------------------------------------- tests
 
 
-def test_apply_serves_both_nodes_then_changes_nothing(served: Served) -> None:
+def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) -> None:
+    planned = served.plan["changes"]
+    assert isinstance(planned, list)
+    assert {"vllm_serve : Write the arguments", "vllm_serve : Write the systemd units"} <= {
+        change["task"] for change in planned
+    }
+    assert not served.unit_after_plan, "the dry run wrote nothing"
+
     hosts = served.first_apply["hosts"]
     assert isinstance(hosts, dict) and sorted(hosts) == ["node1", "node2"]
     assert all(stats["changed"] > 0 and stats["failed"] == 0 for stats in hosts.values())
@@ -201,6 +216,14 @@ def test_apply_serves_both_nodes_then_changes_nothing(served: Served) -> None:
         args = served.cluster.exec(node, ["cat", "/etc/provision/serve/smol/args"]).stdout.splitlines()
         assert args[:3] == [f"{engine.engine_python()}", "-m", "vllm.entrypoints.openai.api_server"]
         assert args[args.index("--port") + 1] == "8000"
+        secret = served.cluster.exec(node, ["stat", "-c", "%a %U", "/etc/provision/serve/smol/secret.env"])
+        assert secret.stdout.split() == ["600", "root"]
+        processes = served.cluster.exec(node, ["ps", "-eo", "args"]).stdout
+        assert API_KEY not in processes and API_KEY not in "\n".join(args), "the key stays off command lines"
+    with pytest.raises(urllib.error.HTTPError, match="401"):
+        urllib.request.urlopen(
+            urllib.request.Request(f"{served.url('node1')}/v1/models"), timeout=10
+        )  # no key, no answer
 
     shown = status(served)
     assert shown.returncode == 0, shown.stdout + shown.stderr
