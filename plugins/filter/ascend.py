@@ -49,6 +49,27 @@ def ascend_locked_version(key: str, stack: str | None = None) -> str:
     return str(entry[key])
 
 
+def ascend_stack_report(local: Mapping[str, Any] | None, stack: str | None = None) -> dict[str, Any]:
+    """A node's ``ansible_local`` versions against the lock: ``{stack, running, locked, differences}``."""
+    local = local or {}
+    ascend = local.get("ascend") or {}
+    cann = local.get("cann") or {}
+    running = {
+        "driver": str((ascend.get("driver") or {}).get("version") or ""),
+        "firmware": str((ascend.get("firmware") or {}).get("version") or ""),
+        "cann": str(cann.get("toolkit") or ""),
+        "nnal": str(cann.get("nnal") or ""),
+    }
+    name = str(stack or lock.load_lock()["default"])
+    locked = {key: ascend_locked_version(key, name) for key in running}
+    differences = [
+        f"{key} {running[key] or 'none'} (lock {locked[key]})"
+        for key in running
+        if running[key] != locked[key]
+    ]
+    return {"stack": name, "running": running, "locked": locked, "differences": differences}
+
+
 # ------------------------------------------------------------------------------------------------
 # vendor outputs
 # ------------------------------------------------------------------------------------------------
@@ -391,6 +412,7 @@ def ascend_cann_steps(
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
+            "ascend_stack_report": ascend_stack_report,
             "ascend_locked_version": ascend_locked_version,
             "ascend_npu_smi_board": ascend_npu_smi_board,
             "ascend_install_result": ascend_install_result,

@@ -469,3 +469,19 @@ def test_cann_missing_nnal_only() -> None:
     assert cann_plan(partial, recorded, "9.1.0") == [("nnal", "install", "--install")]
     steps = F.ascend_cann_steps(partial, recorded, "9.1.0", "9.1.0", nnal=False)
     assert steps == []
+
+
+def test_stack_report_against_the_lock() -> None:
+    pinned = lock.default_stack()
+    local = {
+        "ascend": {"driver": {"version": pinned["driver"]}, "firmware": {"version": pinned["firmware"]}},
+        "cann": {"toolkit": pinned["cann"], "nnal": pinned["nnal"]},
+    }
+    report = F.ascend_stack_report(local)
+    assert report["stack"] == pinned["name"] and report["differences"] == []
+    local["cann"] = {"toolkit": "8.2.RC1", "nnal": ""}
+    assert F.ascend_stack_report(local)["differences"] == [
+        f"cann 8.2.RC1 (lock {pinned['cann']})",
+        f"nnal none (lock {pinned['nnal']})",
+    ]
+    assert F.ascend_stack_report(None)["running"]["driver"] == ""
