@@ -1,4 +1,5 @@
-"""Serving profiles: the shipped data, profile -> vLLM argv/env, and the rules `provision validate` enforces."""
+"""Serving profiles: shipped data, profile -> vLLM argv/env, the rules `provision validate` enforces, and the
+pure parts of the vllm_serve role's plugins (filters, unit liveness, the launcher)."""
 
 from __future__ import annotations
 
@@ -113,7 +114,11 @@ def test_deepseek_two_nodes_head_and_worker() -> None:
 
 def test_ray_profile_has_no_dp_address() -> None:
     profile = ServingProfile(
-        model="/m", nodes=2, tensor_parallel_size=8, pipeline_parallel_size=2, distributed_executor_backend="ray"
+        model="/m",
+        nodes=2,
+        tensor_parallel_size=8,
+        pipeline_parallel_size=2,
+        distributed_executor_backend="ray",
     )
     argv = profiles.vllm_args(profile, pool_for(profile))
     assert "--distributed-executor-backend" in argv and "ray" in argv
@@ -162,7 +167,9 @@ def test_user_profile_overrides_a_shipped_one() -> None:
 
 
 def test_args_and_env_files() -> None:
-    assert profiles.args_file(["--additional-config", '{"a": "b c"}']) == '--additional-config\n{"a": "b c"}\n'
+    assert (
+        profiles.args_file(["--additional-config", '{"a": "b c"}']) == '--additional-config\n{"a": "b c"}\n'
+    )
     with pytest.raises(ProfileError, match="line break"):
         profiles.args_file(["a\nb"])
     assert profiles.env_file({"B": 'say "hi" $HOME `x` \\', "A": "1"}) == (
@@ -176,7 +183,11 @@ def test_args_and_env_files() -> None:
 BAD_PROFILES: list[tuple[str, dict[str, Any], str]] = [
     ("port-in-extra-args", {"extra_args": ["--port", "9000"]}, "--port is set by the pool's port"),
     ("api-key-in-extra-args", {"extra_args": ["--api-key=secret"]}, "vllm_serve_api_key"),
-    ("tp-in-extra-args", {"extra_args": ["-tp", "2"]}, "conflicts with the profile field tensor_parallel_size"),
+    (
+        "tp-in-extra-args",
+        {"extra_args": ["-tp", "2"]},
+        "conflicts with the profile field tensor_parallel_size",
+    ),
     ("underscore-flag", {"extra_args": ["--max_num_seqs=4"]}, "profile field max_num_seqs"),
     ("negated-flag", {"extra_args": ["--no-enforce-eager"]}, "profile field enforce_eager"),
     ("newline-arg", {"extra_args": ["a\nb"]}, "line break"),
@@ -191,7 +202,9 @@ BAD_PROFILES: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("fields", "message"), [(f, m) for _, f, m in BAD_PROFILES], ids=[c[0] for c in BAD_PROFILES])
+@pytest.mark.parametrize(
+    ("fields", "message"), [(f, m) for _, f, m in BAD_PROFILES], ids=[c[0] for c in BAD_PROFILES]
+)
 def test_schema_rejects(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError) as info:
         ServingProfile.model_validate({"model": "/m", **fields})
@@ -293,3 +306,141 @@ def test_validate_accepts_the_shipped_profiles(
     code = validate(tmp_path, group_vars, monkeypatch)
     output = capsys.readouterr()
     assert code == 0, output.out + output.err
+
+
+# --------------------------------------------------------------------------------------------- role plugins
+
+ROOT = Path(__file__).parents[2]
+
+
+def _load(path: Path, name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FILTERS = _load(ROOT / "roles/vllm_serve/filter_plugins/vllm_serve.py", "vllm_serve_filters")
+ACTION = _load(ROOT / "plugins/action/vllm_health.py", "vllm_health_action")
+
+
+def test_filter_instances_carry_the_files_bodies() -> None:
+    pools = [{"name": "smol", "devices": [3], "port": 8001, "profile": "smollm2-cpu"}]
+    [item] = FILTERS.vllm_serve_instances(
+        pools, {}, ["/v/bin/python", "-m", "x"], pool_checksums={"smol": "ab"}
+    )
+    assert item["argv"][:4] == ["/v/bin/python", "-m", "x", "--model"]
+    assert item["args_text"] == "\n".join(item["argv"]) + "\n"
+    assert "pool file sha1 ab" in item["env_text"] and 'ASCEND_RT_VISIBLE_DEVICES="3"' in item["env_text"]
+    assert item["unit"] == "vllm-smol.service" and item["load_budget_s"] == 600
+
+
+def test_filter_pending_lists_installed_files_that_differ() -> None:
+    import hashlib
+
+    pools = [
+        {"name": "a", "devices": [0], "port": 8000, "profile": "smollm2-cpu"},
+        {"name": "b", "devices": [1], "port": 8001, "profile": "smollm2-cpu"},
+    ]
+    items = FILTERS.vllm_serve_instances(pools, {}, ["py"])
+
+    def stat(item: dict[str, Any], kind: str, body: str | None) -> dict[str, Any]:
+        if body is None:
+            return {"item": [item, kind], "stat": {"exists": False}}
+        return {
+            "item": [item, kind],
+            "stat": {"exists": True, "checksum": hashlib.sha1(body.encode()).hexdigest()},
+        }
+
+    a, b = items
+    same = [stat(a, "args", a["args_text"]), stat(a, "env", a["env_text"])]
+    assert FILTERS.vllm_serve_pending(items, [*same, stat(b, "args", None), stat(b, "env", None)]) == []
+    changed = [stat(b, "args", "old\n"), stat(b, "env", b["env_text"])]
+    assert FILTERS.vllm_serve_pending(items, [*same, *changed]) == ["b"]
+
+
+def test_filter_reads_a_value_back_from_an_args_file() -> None:
+    text = "py\n--port\n8001\n--served-model-name=s\n"
+    assert FILTERS.vllm_serve_args_value(text, "--port") == "8001"
+    assert FILTERS.vllm_serve_args_value(text, "--served-model-name") == "s"
+    assert FILTERS.vllm_serve_args_value(text, "--host", "0.0.0.0") == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    ("show", "described"),
+    [
+        (
+            "ActiveState=active\nSubState=running\nMainPID=123\nNRestarts=0\nResult=success\n",
+            "active/running, pid 123",
+        ),
+        (
+            "ActiveState=activating\nSubState=auto-restart\nMainPID=0\nNRestarts=2\nResult=signal\n",
+            "activating/auto-restart, 2 restart(s), result signal",
+        ),
+        ("ActiveState=inactive\nSubState=dead\nMainPID=0\nNRestarts=0\nResult=success\n", "inactive/dead"),
+    ],
+)
+def test_unit_state_is_described(show: str, described: str) -> None:
+    assert ACTION.describe_unit(ACTION.parse_show(show)) == described
+
+
+def test_unit_watch_counts_a_restarted_engine_as_dead() -> None:
+    answers = iter(
+        [
+            "ActiveState=active\nSubState=running\nMainPID=100\n",
+            "ActiveState=active\nSubState=running\nMainPID=100\n",
+            "ActiveState=active\nSubState=running\nMainPID=200\n",  # systemd restarted it: the engine died
+        ]
+    )
+    asked: list[str] = []
+
+    def run(command: str) -> dict[str, Any]:
+        asked.append(command)
+        return {"rc": 0, "stdout": next(answers)}
+
+    watch = ACTION.UnitWatch(run, "vllm-a.service", every_s=0.0, track_pid=True)
+    assert [watch.alive(), watch.alive(), watch.alive()] == [True, True, False]
+    assert asked[0].startswith("systemctl show -p ActiveState") and asked[0].endswith("vllm-a.service")
+
+    failed: list[str] = []
+
+    def run_failed(command: str) -> dict[str, Any]:
+        failed.append(command)
+        return {"rc": 0, "stdout": "ActiveState=failed\nSubState=failed\nMainPID=0\n"}
+
+    throttled = ACTION.UnitWatch(run_failed, "vllm-b.service", every_s=60.0, track_pid=False)
+    assert [throttled.alive(), throttled.alive()] == [False, False]
+    assert len(failed) == 1, "systemd is asked at most every every_s seconds"
+
+
+def test_launcher_passes_arguments_verbatim(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    argv = [
+        sys.executable,
+        "-c",
+        "import json, sys; print(json.dumps(sys.argv[1:]))",
+        '{"a": "b c"}',
+        "x  y",
+        "$HOME",
+    ]
+    (tmp_path / "args").write_text(profiles.args_file(argv))
+    done = subprocess.run(
+        [str(ROOT / "roles/vllm_serve/files/vllm-serve-launch"), str(tmp_path / "args")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == '["{\\"a\\": \\"b c\\"}", "x  y", "$HOME"]'
+    missing = subprocess.run(
+        [str(ROOT / "roles/vllm_serve/files/vllm-serve-launch"), str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 66 and "cannot read" in missing.stderr
