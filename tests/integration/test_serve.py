@@ -11,7 +11,7 @@ like a production venv. One cluster for the module; the tests run in file order 
    sent while it ran.
 3. The engine killed on node2: ``provision serve status INVENTORY`` reports it failed, with the journal.
 
-Costs: two engines (~3.6 GB each), ~1.5 min per cold start of both on 2 cores; the module takes ~4-5 min.
+Costs: two engines (~3.6 GB each), 1-1.5 min per cold start of both on 2 cores; the module takes 2.5-5 min.
 """
 
 from __future__ import annotations
