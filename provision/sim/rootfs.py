@@ -39,6 +39,7 @@ PACKAGES = (
     "dbus",
     "openssh-server",
     "python3",
+    "sudo",
     "python3-apt",
     "python3-debian",
     "iproute2",

@@ -1,7 +1,8 @@
 """`provision apply` / `plan` through ansible-runner for real, against this machine (local connection).
 
-The simulated cluster tests cover SSH; these cover the runner seam: live/line progress, recap, --json,
-exit codes, run directories — with the real preflight role.
+The simulated cluster tests cover SSH and the whole site.yml; these cover the runner seam: line progress,
+recap, --json, exit codes, run directories — with the real preflight playbook (this Debian machine is not a
+node the later stages support).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def provision(*args: str, runs: Path) -> subprocess.CompletedProcess[str]:
 
 def test_apply_json_reports_per_host_counts(tmp_path: Path) -> None:
     inventory = local_inventory(tmp_path)
-    done = provision("apply", str(inventory), "--json", runs=tmp_path / "runs")
+    done = provision("apply", str(inventory), "-p", "preflight", "--json", runs=tmp_path / "runs")
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout)
     assert summary["ok"] is True and summary["exit_code"] == 0
@@ -51,7 +52,7 @@ def test_apply_json_reports_per_host_counts(tmp_path: Path) -> None:
 
 def test_apply_failure_exits_1_and_names_host_task_and_reason(tmp_path: Path) -> None:
     inventory = local_inventory(tmp_path, preflight_min_free_mb={"/var": 10**12})
-    done = provision("apply", str(inventory), runs=tmp_path / "runs")
+    done = provision("apply", str(inventory), "-p", "preflight", runs=tmp_path / "runs")
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout
     assert "localhost        failed      preflight : Check free disk space" in out
@@ -62,7 +63,7 @@ def test_apply_failure_exits_1_and_names_host_task_and_reason(tmp_path: Path) ->
 
 def test_plan_changes_nothing_and_lists_hosts(tmp_path: Path) -> None:
     inventory = local_inventory(tmp_path)
-    done = provision("plan", str(inventory), runs=tmp_path / "runs")
+    done = provision("plan", str(inventory), "-p", "preflight", runs=tmp_path / "runs")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "check mode: nothing is changed" in done.stdout
     assert "localhost: no changes" in done.stdout
@@ -110,7 +111,7 @@ def test_unreachable_host_exits_1(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.ini"
     # Port 1 on loopback refuses at once: no traffic leaves this machine.
     inventory.write_text("[npu_nodes]\nghost ansible_host=127.0.0.1 ansible_port=1 ansible_user=nobody\n")
-    done = provision("apply", str(inventory), "--json", runs=tmp_path / "runs")
+    done = provision("apply", str(inventory), "-p", "preflight", "--json", runs=tmp_path / "runs")
     assert done.returncode == 1
     summary = json.loads(done.stdout)
     assert summary["hosts"]["ghost"]["unreachable"] == 1

@@ -60,7 +60,7 @@ def test_installed_wheel_runs_a_playbook_outside_the_checkout(wheel: Path, tmp_p
     )
     assert probe.stdout.strip() == str(site / "provision" / "_ansible")
     done = subprocess.run(
-        [sys.executable, "-m", "provision", "apply", "--check", "inventory.ini"],
+        [sys.executable, "-m", "provision", "apply", "--check", "-p", "preflight", "inventory.ini"],
         cwd=work,
         env=env,
         capture_output=True,
