@@ -35,8 +35,8 @@ Path_ = tuple[str | int, ...]
 
 # Variables read by play keywords (serial), which Ansible templates before any inventory variable exists.
 EXTRA_VARS_ONLY = {
-    "ascend_driver_serial": "a play keyword, ignored in the inventory; pass -e ascend_driver_serial=N",
-    "vllm_serve_upgrade_batch": "a play keyword, ignored in the inventory; pass -e vllm_serve_upgrade_batch=N",
+    name: f"a play keyword, ignored in the inventory; pass -e {name}=N"
+    for name in ("ascend_driver_serial", "vllm_serve_upgrade_batch")
 }
 AddFn = Callable[[Path_, Any, str], None]
 
