@@ -3,19 +3,14 @@
 Each test starts its own cluster and makes it look like a rack fresh from the vendor: root may log in with a
 password (the one planted below, grepped for afterwards), there is no deploy user, and one node is a minimal
 Ubuntu without python3 and without sudo, whose package repository (a local ``file:`` apt source holding the
-node's own python3 packages and Debian's sudo) lets bootstrap install them. The other nodes come with sudo,
-as real openEuler servers do.
-
-The simulated nodes have no sudo in their base image; it is Debian's ``sudo`` package, fetched once with
-``apt-get download`` into ``$PROVISION_TEST_CACHE`` (default /var/cache/provision-tests) as the sim fetches
-its own Debian packages.
+node's own python3 and sudo packages, repacked before they are purged) lets bootstrap install them. The other
+nodes come with sudo, as real servers do (the sim's base image has it).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -64,13 +59,13 @@ REPACK = r"""
 set -eu
 repo=/srv/rack-repo
 mkdir -p "$repo"
-cp /var/tmp/rack/sudo_*.deb "$repo/"
-for p in python3-minimal python3; do           # the node's own packages, as its mirror would hold them
+for p in python3-minimal python3 sudo; do           # the node's own packages, as its mirror would hold them
   d=$(mktemp -d); mkdir -p "$d/DEBIAN"
-  dpkg-query -s "$p" | grep -v -E '^(Status|Conffiles):' > "$d/DEBIAN/control"
+  dpkg-query -s "$p" | awk '/^[^ ]/ { skip = ($1 == "Status:" || $1 == "Conffiles:") } !skip' \
+    > "$d/DEBIAN/control"
   dpkg-query -L "$p" | while read -r f; do
     [ -e "$f" ] || [ -L "$f" ] || continue
-    if [ -d "$f" ] && [ ! -L "$f" ]; then mkdir -p "$d$f"; continue; fi
+    if [ -d "$f" ]; then [ -L "$f" ] || mkdir -p "$d$f"; continue; fi   # /lib -> usr/lib stays a dir
     mkdir -p "$d$(dirname "$f")"; cp -a "$f" "$d$f"
   done
   for s in preinst postinst prerm postrm; do
@@ -86,27 +81,14 @@ for deb in *.deb; do
     "$(sha256sum "$deb" | cut -d' ' -f1)" >> Packages
 done
 echo 'deb [trusted=yes] file:/srv/rack-repo ./' > /etc/apt/sources.list.d/rack.list
-DEBIAN_FRONTEND=noninteractive apt-get purge -y -q python3 python3-minimal >/dev/null
+export DEBIAN_FRONTEND=noninteractive SUDO_FORCE_REMOVE=yes
+apt-get purge -y -q python3 python3-minimal sudo >/dev/null
 ! command -v python3
+! command -v sudo
 """
 
 
 # --- helpers -----------------------------------------------------------------------------------------------
-
-
-def sudo_deb() -> Path:
-    cache = Path(os.environ.get("PROVISION_TEST_CACHE", "/var/cache/provision-tests"))
-    found = sorted(cache.glob("sudo_*.deb"))
-    if found:
-        return found[-1]
-    cache.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["apt-get", "download", "sudo"], cwd=cache, capture_output=True, text=True, timeout=300, check=False
-    )
-    found = sorted(cache.glob("sudo_*.deb"))
-    if not found:
-        pytest.fail(f"cannot get Debian's sudo package with `apt-get download sudo`:\n{done.stderr}")
-    return found[-1]
 
 
 def run_in(cluster: Cluster, node: str, script: str, timeout: float = 120) -> str:
@@ -119,11 +101,7 @@ def new_rack(
     cluster: Cluster, *, minimal: str | None = None, root_passwords: dict[str, str] | None = None
 ) -> None:
     """Root password login with PASSWORD, no deploy user, sudo installed, except on ``minimal``."""
-    deb = sudo_deb()
     for node in cluster.nodes:
-        rack = node.root / "var/tmp/rack"
-        rack.mkdir(parents=True, exist_ok=True)
-        shutil.copy(deb, rack / deb.name)
         password = (root_passwords or {}).get(node.name, PASSWORD)
         run_in(
             cluster,
@@ -135,8 +113,6 @@ def new_rack(
         )
         if node.name == minimal:
             run_in(cluster, node.name, REPACK, timeout=300)
-        else:
-            run_in(cluster, node.name, f"dpkg -i /var/tmp/rack/{deb.name} >/dev/null")
 
 
 def bootstrap(*args: str, password: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
