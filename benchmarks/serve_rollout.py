@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -40,29 +39,11 @@ import yaml
 
 from provision.serving import engine
 from provision.serving.profiles import shipped_profiles
-from provision.sim import rootfs
 from provision.sim.cluster import Cluster
+from provision.sim.engine import engine_binds
 
 PORT = 8000
 POOL = {"name": "smol", "devices": [0], "port": PORT, "profile": "smollm2-cpu"}
-
-
-def engine_binds() -> list[str]:
-    """The engine cache and its interpreter at the same paths, plus host libraries the nodes lack."""
-    binds = [f"{path}:{path}" for path in engine.engine_runtime_paths()]
-    base = rootfs.ensure_base()
-    site = next((engine.engine_venv() / "lib").glob("python3*/site-packages"))
-    for library in sorted((site / "vllm").glob("_C*.so")):
-        done = subprocess.run(["ldd", str(library)], capture_output=True, text=True, check=False)
-        for match in re.finditer(r"=> (/\S+)", done.stdout):
-            needed = Path(match.group(1))
-            if any(needed.is_relative_to(path) for path in engine.engine_runtime_paths()):
-                continue
-            target = needed.resolve().parent / needed.name
-            bind = f"{needed.resolve()}:{target}"
-            if not (base / str(target).lstrip("/")).exists() and bind not in binds:
-                binds.append(bind)
-    return binds
 
 
 def profile(**changes: Any) -> dict[str, Any]:

@@ -403,19 +403,10 @@ def _check_profiles(settings: HostSettings, add: AddFn) -> None:
             )
 
 
-@cache
-def _shipped_profiles_raw() -> dict[str, Any]:
-    from provision.paths import data_dir
-
-    folder = data_dir() / "profiles"
-    out: dict[str, Any] = {}
-    for file in sorted(folder.glob("*.yml")) if folder.is_dir() else []:
-        out[file.stem] = yaml.safe_load(file.read_text(encoding="utf-8"))
-    return out
-
-
 def _shipped_profiles() -> dict[str, ServingProfile]:
-    return {name: ServingProfile.model_validate(raw) for name, raw in _shipped_profiles_raw().items()}
+    from provision.serving.profiles import shipped_profiles
+
+    return shipped_profiles()
 
 
 def _check_versions(settings: HostSettings, owned: Mapping[str, Any], add: AddFn) -> None:

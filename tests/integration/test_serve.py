@@ -36,8 +36,8 @@ import yaml
 from provision.errors import EnvironmentProblem
 from provision.serving import engine
 from provision.serving.profiles import shipped_profiles
-from provision.sim import rootfs
 from provision.sim.cluster import Cluster, state_root
+from provision.sim.engine import engine_binds
 from provision.sim.system import require_host
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
@@ -54,25 +54,6 @@ TRAFFIC_PAUSE_S = 1.0
 
 
 # --------------------------------------------------------------------------------------------- fixtures
-
-
-def engine_binds() -> list[str]:
-    """``SRC:DST`` mounts that let a node run the cached engine: the cache and the interpreter's prefix
-    (``engine_runtime_paths()``), plus host libraries vLLM's native extension links against that the
-    nodes' base system lacks (libnuma)."""
-    binds = [f"{path}:{path}" for path in engine.engine_runtime_paths()]
-    base = rootfs.ensure_base()
-    site = next((engine.engine_venv() / "lib").glob("python3*/site-packages"))
-    for library in sorted((site / "vllm").glob("_C*.so")):
-        done = subprocess.run(["ldd", str(library)], capture_output=True, text=True, check=False)
-        for match in re.finditer(r"=> (/\S+)", done.stdout):
-            needed = Path(match.group(1))
-            if any(needed.is_relative_to(path) for path in engine.engine_runtime_paths()):
-                continue
-            target = needed.resolve().parent / needed.name  # /lib -> /usr/lib on merged-/usr systems
-            if not (base / str(target).lstrip("/")).exists() and f"{needed.resolve()}:{target}" not in binds:
-                binds.append(f"{needed.resolve()}:{target}")
-    return binds
 
 
 def _sim_unavailable(reason: str) -> None:
