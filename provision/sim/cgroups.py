@@ -6,6 +6,15 @@ create ``payload/system.slice/ssh.service`` in the *same* place: units fail to s
 cgroup") and a node's poweroff waits for processes of other nodes. So the supervisor starts each
 systemd-nspawn in ``provision-sim/<machine>`` of every writable hierarchy (cgroup2, and the v1
 ``name=systemd`` one on hybrid hosts), as the host's systemd would do with a scope unit.
+
+On hybrid hosts (cgroup v1 controllers) systemd-nspawn shows the node its controllers read-only, and a
+container engine inside the node cannot create its containers' cgroups (runc: "mkdir
+/sys/fs/cgroup/cpuset/docker/...: read-only file system"). So the node also gets its own
+``provision-sim/<machine>`` in every writable v1 controller hierarchy (cpuset initialised from the root),
+bound writable into the node at :data:`NODE_BIND_DIR`; the node's ``provision-sim-cgroups.service`` mounts
+them over ``/sys/fs/cgroup/<controller>`` early at boot (see :mod:`provision.sim.rootfs`), as a real
+server's writable cgroups. The node's processes are in those cgroups too, so what the node sees as its root
+is its own subtree.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ import os
 from pathlib import Path
 
 PARENT = "provision-sim"
+NODE_BIND_DIR = "/var/lib/provision-sim/host-cgroup"
+"""Where the node's writable v1 controller cgroups are bound inside it (before being mounted in place)."""
 
 
 def hierarchies() -> list[Path]:
@@ -27,8 +38,35 @@ def hierarchies() -> list[Path]:
     return found
 
 
+def controllers() -> list[Path]:
+    """Mount points of the writable cgroup v1 controller hierarchies (none on a cgroup2-only host)."""
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _source, target, fstype, options, *_ = line.split()
+        flags = options.split(",")
+        if fstype == "cgroup" and "rw" in flags and not any(f.startswith("name=") for f in flags):
+            found.append(Path(target))
+    return found
+
+
 def node_cgroups(machine: str) -> list[Path]:
-    return [hierarchy / PARENT / machine for hierarchy in hierarchies()]
+    return [hierarchy / PARENT / machine for hierarchy in (*hierarchies(), *controllers())]
+
+
+def node_binds(machine: str) -> list[str]:
+    """systemd-nspawn ``--bind`` options giving the node its writable v1 controller cgroups."""
+    return [
+        f"--bind={controller / PARENT / machine}:{NODE_BIND_DIR}/{controller.name}"
+        for controller in controllers()
+    ]
+
+
+def _init_cpuset(cgroup: Path) -> None:
+    """A new v1 cpuset cgroup has no CPUs or memory nodes ("no space left on device" on join): inherit."""
+    for folder in (cgroup.parent, cgroup):
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            if not (folder / name).read_text().strip():
+                (folder / name).write_text((folder.parent / name).read_text())
 
 
 def join(machine: str) -> None:
@@ -37,6 +75,8 @@ def join(machine: str) -> None:
         try:
             for cgroup in node_cgroups(machine):
                 cgroup.mkdir(parents=True, exist_ok=True)
+                if (cgroup / "cpuset.cpus").exists():
+                    _init_cpuset(cgroup)
                 (cgroup / "cgroup.procs").write_text(f"{os.getpid()}\n")
             return
         except FileNotFoundError:  # a concurrent `down` removed the empty parent meanwhile

@@ -194,6 +194,20 @@ def _npu_netns_binding(node: Node) -> list[str]:
     return [f"--bind-ro={network.netns_path(node.npu_netns)}:{inside}"]
 
 
+DATA_DISKS = ("/var/lib/docker", "/var/lib/containers")
+"""Folders a server keeps on a real data disk: container engines' storage. the node root (overlayfs)
+cannot be an overlay2 upper layer, so each node gets these as plain host folders."""
+
+
+def _data_disk_binds(node: Node) -> list[str]:
+    binds = []
+    for inside in DATA_DISKS:
+        outside = node.dir / "disks" / inside.strip("/").replace("/", "-")
+        outside.mkdir(parents=True, exist_ok=True)
+        binds.append(f"--bind={outside}:{inside}")
+    return binds
+
+
 def nspawn_command(node: Node, binds: Sequence[str] = ()) -> list[str]:
     return [
         # systemd-nspawn runs *inside* the node's namespace instead of joining it with
@@ -220,6 +234,8 @@ def nspawn_command(node: Node, binds: Sequence[str] = ()) -> list[str]:
         "--link-journal=no",
         "--console=read-only",
         *_npu_netns_binding(node),
+        *cgroups.node_binds(node.machine),
+        *_data_disk_binds(node),
         *(f"--bind-ro={bind}" for bind in binds),
     ]
 

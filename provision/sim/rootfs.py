@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from provision.errors import EnvironmentProblem, ProvisionError
+from provision.sim.cgroups import NODE_BIND_DIR
 from provision.sim.system import locked
 
 SUITE = "bookworm"
@@ -69,8 +70,28 @@ PasswordAuthentication no
 UseDNS no
 """
 
+# The node's own writable cgroup v1 controllers (bound in by systemd-nspawn, see provision.sim.cgroups)
+# mounted where a container engine looks for them, before anything starts. Nothing on cgroup2-only hosts.
+CGROUPS_UNIT_NAME = "provision-sim-cgroups.service"
+CGROUPS_UNIT = f"""[Unit]
+Description=Writable cgroup controllers for container engines (provision sim)
+DefaultDependencies=no
+ConditionDirectoryNotEmpty={NODE_BIND_DIR}
+After=local-fs.target
+Before=sysinit.target shutdown.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -ec 'for d in {NODE_BIND_DIR}/*; do mount --bind "$d" "/sys/fs/cgroup/$${{d##*/}}"; done'
+
+[Install]
+WantedBy=sysinit.target
+"""
+
 # Bump when prepare() changes what it writes, so cached rootfs folders are rebuilt.
-PREPARE_VERSION = 1
+PREPARE_VERSION = 2
 
 DEFAULT_CACHE = Path("/var/cache/provision-sim")
 
@@ -162,6 +183,11 @@ def prepare(root: Path) -> None:
         link = root / "etc/systemd/system" / unit
         link.unlink(missing_ok=True)
         link.symlink_to("/dev/null")
+    (root / "etc/systemd/system" / CGROUPS_UNIT_NAME).write_text(CGROUPS_UNIT)
+    wants = root / "etc/systemd/system/sysinit.target.wants"
+    wants.mkdir(exist_ok=True)
+    (wants / CGROUPS_UNIT_NAME).unlink(missing_ok=True)
+    (wants / CGROUPS_UNIT_NAME).symlink_to(f"/etc/systemd/system/{CGROUPS_UNIT_NAME}")
 
 
 def _install_hardware_tools(root: Path) -> None:

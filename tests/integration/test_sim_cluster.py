@@ -368,3 +368,20 @@ def test_ten_nodes_up_and_down(sim_cluster_factory: ClusterFactory, run_ansible:
         down_started = time.monotonic()
         _assert_down_leaves_nothing(cluster)
         print(f"10 nodes down in {time.monotonic() - down_started:.1f} s")
+
+
+@pytest.mark.cluster
+def test_nodes_have_writable_cgroups_and_data_disks(sim_cluster: Cluster) -> None:
+    """What a container engine in a node needs: writable controllers, a non-overlay /var/lib/docker."""
+    node = sim_cluster.node("node1")
+    script = (
+        "set -e; for c in /sys/fs/cgroup/*/; do c=${c%/}; case ${c##*/} in systemd|unified) continue;; esac;"
+        " mkdir $c/ptest && rmdir $c/ptest && echo writable ${c##*/}; done;"
+        " stat -f -c %T /var/lib/docker /var/lib/containers"
+    )
+    done = nodes.exec_in(node, ["sh", "-c", script], timeout=30)
+    assert done.returncode == 0, done.stderr
+    writable = {line.split()[1] for line in done.stdout.splitlines() if line.startswith("writable ")}
+    assert {path.name for path in cgroups.controllers()} <= writable
+    disk_types = done.stdout.splitlines()[-2:]
+    assert len(disk_types) == 2 and "overlayfs" not in disk_types, done.stdout
