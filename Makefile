@@ -28,7 +28,7 @@ $(VENV)/.apt-installed: .ci/apt-packages.txt
 DEMO := demo
 demo: setup
 	$(BIN)/provision sim down --name $(DEMO)
-	$(BIN)/provision sim up --nodes 2 --os openeuler-22.03,ubuntu-22.04 --name $(DEMO)
+	$(BIN)/provision sim up --nodes 2 --os openeuler-22.03,ubuntu-22.04 --serve --name $(DEMO)
 	$(BIN)/provision apply /var/lib/provision-sim/$(DEMO)/inventory.ini
 
 demo-down: setup

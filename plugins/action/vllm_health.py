@@ -239,6 +239,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             "unit_state": unit_state,
             "profile": inst.profile,
             "budget_s": budget if wait else None,
+            "api_key": bool(api_key),
             **verdict.as_dict(),
             "message": verdict.message,
         }

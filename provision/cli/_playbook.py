@@ -70,11 +70,11 @@ def run_and_report(
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
-        report(result, out)
+        report(result, out, inventory)
     return result
 
 
-def report(result: RunResult, out: Console) -> None:
+def report(result: RunResult, out: Console, inventory: Path | None = None) -> None:
     if result.hosts:
         out.rich.print(recap_table(result, ascii_only=not out.interactive))
     for failure in result.failures:
@@ -82,11 +82,31 @@ def report(result: RunResult, out: Console) -> None:
         out.line(f"{what} {failure.host}: {failure.task}")
         for line in failure.message.splitlines():
             out.line(f"    {line}")
+    if result.endpoints and not result.check:
+        endpoints(result, out, inventory)
     verdict = "ok" if result.ok else "failed"
     failed_hosts = sorted(h for h, s in result.hosts.items() if not s.healthy)
     if failed_hosts:
         verdict += f" ({len(failed_hosts)} host(s): {', '.join(failed_hosts)})"
     out.line(f"{verdict}; run directory: {result.run_dir}")
+
+
+def endpoints(result: RunResult, out: Console, inventory: Path | None = None) -> None:
+    """The serving instances the health gate saw, and how to query one."""
+    out.line("endpoints:")
+    for item in result.endpoints:
+        model = f"  model {item.model}" if item.model else ""
+        out.line(f"  {item.host}/{item.pool}  {item.state:<11} {item.url}{model}")
+    ready = next((item for item in result.endpoints if item.ready), None)
+    if ready is None:
+        return
+    auth = ' -H "Authorization: Bearer $VLLM_API_KEY"' if ready.api_key else ""
+    body = json.dumps({"model": ready.model, "prompt": "The capital of France is", "max_tokens": 16})
+    out.line("query one:")
+    out.line(f"  curl -s {ready.url}/v1/completions -H 'Content-Type: application/json'{auth} -d '{body}'")
+    if ready.api_key:
+        out.line("  (VLLM_API_KEY: the inventory's vllm_serve_api_key)")
+    out.line(f"  provision serve status {inventory or 'INVENTORY'}    # the health gate on every instance")
 
 
 def finish(result: RunResult) -> None:

@@ -49,12 +49,33 @@ def up(
         help="Mount a host folder or file read-only into every node (repeatable), e.g. the cached engine: "
         "see `python -m provision.serving.engine paths`.",
     ),
+    serve: bool = typer.Option(
+        False,
+        "--serve",
+        help="Serve a real model: prepare the cached vLLM CPU engine (first time ≈ 4 min, then instant), "
+        "mount it into the nodes and give each node a pool serving SmolLM2 on port 8000, so that "
+        "`provision apply` ends with working endpoints.",
+    ),
     name: str = NAME_OPTION,
 ) -> None:
     """Boot a simulated cluster and write its inventory."""
     out = Console.for_stream()
     err = Console.for_stream(sys.stderr)
-    cluster = Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status, binds=bind_ro)
+    binds = list(bind_ro)
+    if serve:
+        from provision.serving import engine
+        from provision.sim.engine import engine_binds
+
+        report = engine.prepare(progress=err.status)
+        err.status(f"vLLM CPU engine: {report.summary()}")
+        binds += [bind for bind in engine_binds() if bind not in binds]
+    cluster = Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status, binds=binds)
+    if serve:
+        from provision.sim.engine import serving_group_vars
+
+        cluster.group_vars_path.parent.mkdir(parents=True, exist_ok=True)
+        with cluster.group_vars_path.open("a", encoding="utf-8") as handle:
+            handle.write(serving_group_vars())
     for node in cluster.nodes:
         out.line(f"{node.name:<8} {node.ip:<15} {node.flavour}")
     t = cluster.timings

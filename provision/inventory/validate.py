@@ -430,9 +430,13 @@ def _check_versions(settings: HostSettings, owned: Mapping[str, Any], add: AddFn
 
 
 def host_issues(host: str, variables: Mapping[str, Any]) -> list[str]:
-    """The problems of one host's variables as plain messages (for the preflight role's filter)."""
+    """The problems of one host's variables as plain messages (for the preflight role's filter).
+
+    Values are checked as plain Python: inside a play Ansible hands the filter its own tagged or lazy types
+    (ansible-core 2.19), which strict schema types would reject ("0: must be a whole number").
+    """
     report = _Report()
-    _check_host(host, variables, report)
+    _check_host(host, _plain(dict(variables)), report)
     return [
         f"{i.field}: {i.message}" if i.value is _MISSING else f"{i.field} = {_show(i.value)}: {i.message}"
         for i in report.issues()

@@ -69,6 +69,8 @@ class RunResult:
     hosts: dict[str, HostStats] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    endpoints: list[ServedEndpoint] = field(default_factory=list)
+    """The serving instances the health gate (``vllm_health``) last saw in this run, one per host and pool."""
 
     @property
     def ok(self) -> bool:
@@ -95,6 +97,7 @@ class RunResult:
             "hosts": {h: asdict(s) for h, s in sorted(self.hosts.items())},
             "failures": [asdict(f) for f in self.failures],
             "changes": [asdict(c) for c in self.changes],
+            "endpoints": [asdict(e) for e in self.endpoints],
         }
 
 
@@ -191,6 +194,7 @@ def run_playbook(
         hosts=collector.hosts,
         failures=collector.failures,
         changes=collector.changes,
+        endpoints=[collector.endpoints[key] for key in sorted(collector.endpoints)],
     )
     if rc != 0 and not result.failures and not result.hosts:
         # ansible-playbook stopped before any host (syntax error, bad option): keep its words.
@@ -204,6 +208,30 @@ def _last_lines(text: str, count: int) -> str:
     return "\n".join(text.splitlines()[-count:])
 
 
+@dataclass(frozen=True)
+class ServedEndpoint:
+    host: str
+    pool: str
+    url: str
+    model: str | None
+    state: str
+    ready: bool
+    api_key: bool
+    """The instance wants ``Authorization: Bearer <vllm_serve_api_key>``."""
+
+
+def _served(host: str, item: Mapping[str, Any]) -> ServedEndpoint:
+    return ServedEndpoint(
+        host=host,
+        pool=str(item.get("pool", "")),
+        url=str(item.get("url", "")),
+        model=item.get("model"),
+        state=str(item.get("state", "")),
+        ready=bool(item.get("ready")),
+        api_key=bool(item.get("api_key")),
+    )
+
+
 class _Collector:
     """Turns runner events into counts, failures and changes; forwards each event to the observer."""
 
@@ -212,6 +240,7 @@ class _Collector:
         self.hosts: dict[str, HostStats] = {}
         self.failures: list[Failure] = []
         self.changes: list[Change] = []
+        self.endpoints: dict[tuple[str, str], ServedEndpoint] = {}
 
     def handle(self, event: Event) -> bool:
         kind = event.get("event", "")
@@ -229,6 +258,11 @@ class _Collector:
             self.failures.append(Failure(host, task, failure_message(res), unreachable=True))
         elif kind == "playbook_on_stats":
             self._stats(data)
+        if kind in ("runner_on_ok", "runner_on_failed") and host and isinstance(res.get("endpoints"), list):
+            for item in res["endpoints"]:
+                if isinstance(item, Mapping):
+                    served = _served(host, item)
+                    self.endpoints[(host, served.pool)] = served
         if self.observer is not None:
             self.observer(event)
         return True

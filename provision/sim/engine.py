@@ -1,10 +1,13 @@
-"""Read-only bind mounts that let simulated nodes run the cached vLLM CPU engine at its host paths."""
+"""The cached vLLM CPU engine on simulated nodes: read-only bind mounts at its host paths, and the inventory
+variables that serve it (``provision sim up --serve``)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 from pathlib import Path
+
+import yaml
 
 from provision.serving import engine
 from provision.sim import rootfs
@@ -31,3 +34,27 @@ def engine_binds() -> list[str]:
             if not (base / str(target).lstrip("/")).exists() and bind not in binds:
                 binds.append(bind)
     return binds
+
+
+SERVE_POOL = {"name": "chat", "devices": [0], "port": 8000, "profile": "smollm2-cpu"}
+"""The pool ``provision sim up --serve`` gives every node: one "NPU", the smollm2-cpu profile (TP 1)."""
+
+
+def serving_group_vars() -> str:
+    """YAML for ``group_vars/npu_nodes.yml``: each node serves SmolLM2 from the cached engine."""
+    from provision.serving.profiles import shipped_profiles
+
+    settings: dict[str, object] = {
+        "npu_pools_list": [SERVE_POOL],
+        "vllm_serve_venv": str(engine.engine_venv()),
+    }
+    shipped = shipped_profiles()["smollm2-cpu"]
+    if Path(shipped.model) != engine.model_dir():  # an engine cache outside the default folder
+        profile = shipped.model_dump(exclude_defaults=True)
+        settings["vllm_serve_profiles"] = {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}
+    return (
+        "# Written by `provision sim up --serve`: every node serves SmolLM2-135M with the real vLLM CPU\n"
+        f"# engine cached in {engine.engine_venv().parent} (mounted read-only into the nodes), from pool\n"
+        f"# {SERVE_POOL['name']!r}. On NPU servers a pool names an Ascend profile (provision/data/profiles)\n"
+        + yaml.safe_dump(settings, sort_keys=False, default_flow_style=None)
+    )

@@ -115,3 +115,42 @@ def test_version_reports_the_pinned_stack() -> None:
     assert isinstance(stack, dict)
     assert stack["vllm_ascend"] == "0.23.0" and stack["cann"] == "9.1.0"
     assert str(info["ansible-core"]).startswith("2.")
+
+
+def _gate_event(host: str, state: str, ready: bool, api_key: bool = False) -> dict[str, object]:
+    item = {
+        "pool": "chat",
+        "url": f"http://{host}:8000",
+        "model": "smollm2",
+        "state": state,
+        "ready": ready,
+        "api_key": api_key,
+    }
+    return ev("runner_on_ok", host, "Wait for the instances", "vllm_serve", res={"endpoints": [item]})
+
+
+def test_endpoints_keep_the_last_gate_verdict_and_the_report_says_how_to_query() -> None:
+    from provision.cli._playbook import report
+    from provision.cli.console import Console
+
+    collector = _Collector(None)
+    for event in (
+        _gate_event("10.0.0.2", "loading", False),
+        _gate_event("10.0.0.2", "ready", True, api_key=True),
+        _gate_event("10.0.0.1", "failed", False),
+    ):
+        collector.handle(event)
+    result = RunResult("site", 0, "successful", Path("/tmp/r"), 1.0, False)
+    result.endpoints = [collector.endpoints[key] for key in sorted(collector.endpoints)]
+    assert [(e.host, e.state) for e in result.endpoints] == [("10.0.0.1", "failed"), ("10.0.0.2", "ready")]
+    assert json.loads(json.dumps(result.to_json()))["endpoints"][1]["url"] == "http://10.0.0.2:8000"
+
+    out = io.StringIO()
+    report(result, Console.for_stream(out), Path("/site/inventory.ini"))
+    text = out.getvalue()
+    assert "  10.0.0.1/chat  failed      http://10.0.0.1:8000  model smollm2" in text
+    assert (
+        "curl -s http://10.0.0.2:8000/v1/completions -H 'Content-Type: application/json'"
+        ' -H "Authorization: Bearer $VLLM_API_KEY" -d \'{"model": "smollm2"'
+    ) in text
+    assert "provision serve status /site/inventory.ini" in text

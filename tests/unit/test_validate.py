@@ -275,3 +275,25 @@ def test_play_keyword_variable_in_inventory_is_explained(
     err = capsys.readouterr().err
     assert "group_vars/all.yml:1: group all: ascend_driver_serial = 1: a play keyword" in err
     assert "-e ascend_driver_serial=N" in err
+
+
+@pytest.mark.unit
+def test_preflight_filter_accepts_the_tagged_values_ansible_hands_it() -> None:
+    """Inside a play, group_vars integers are ansible-core's tagged ints; strict fields must accept them."""
+    from ansible._internal._datatag._tags import Origin
+
+    from provision.inventory.validate import host_issues
+
+    origin = Origin(path="/inv/group_vars/npu_nodes.yml", line_num=3)
+    pool = {
+        "name": origin.tag("chat"),
+        "devices": [origin.tag(0)],
+        "port": origin.tag(8000),
+        "profile": origin.tag("smollm2-cpu"),
+    }
+    assert type(pool["port"]) is not int  # really the tagged type, or this test proves nothing
+    assert host_issues("node1", {"npu_pools_list": [pool]}) == []
+    bad = {**pool, "port": origin.tag("eighty")}
+    assert host_issues("node1", {"npu_pools_list": [bad]}) == [
+        "npu_pools_list[0].port = 'eighty': must be a whole number"
+    ]
