@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 PARENT = "provision-sim"
@@ -84,8 +85,21 @@ def join(machine: str) -> None:
                 raise
 
 
-def remove(machine: str) -> list[Path]:
-    """Remove the node's (empty) cgroups, deepest first; returns those that could not be removed."""
+def remove(machine: str, wait: float = 10.0) -> list[Path]:
+    """Remove the node's cgroups, deepest first; returns those that could not be removed.
+
+    A cgroup goes once it is empty. Processes SIGKILLed a moment ago (a node's vLLM engine freeing GiBs of
+    memory on a loaded host) can take seconds to leave it, so this retries for up to ``wait`` seconds.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        left = _remove_once(machine)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)
+
+
+def _remove_once(machine: str) -> list[Path]:
     left = []
     for cgroup in node_cgroups(machine):
         if not cgroup.is_dir():

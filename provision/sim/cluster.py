@@ -41,7 +41,7 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,23}$")
 MAX_NPUS = 16
 # Held while choosing a subnet and creating the controller namespace, across all clusters on the host.
 NETWORK_LOCK = Path("/run/lock/provision-sim.lock")
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 10.0
 KILL_WAIT_S = 3.0
 BOOT_TIMEOUT_S = 120.0
 # Unix socket paths are limited to 107 bytes: "<control dir>/<ip>" plus the 17 characters ssh appends

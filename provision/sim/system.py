@@ -43,6 +43,26 @@ def require_host(*, need_mmdebstrap: bool = False) -> None:
         subprocess.run(["modprobe", "overlay"], capture_output=True, check=False)
         if "overlay" not in Path("/proc/filesystems").read_text():
             raise EnvironmentProblem("provision sim needs overlayfs in the kernel (modprobe overlay)")
+    _raise_inotify_limit()
+
+
+INOTIFY_INSTANCES = 1024
+"""Each node's systemd, journald, udev and dbus hold inotify instances; they all count against root's
+``fs.inotify.max_user_instances`` (kernel default 128). With ~20 nodes up, units with a directory watch
+fail and boots stall ("degraded", no sshd). LXD and systemd-nspawn hosts raise it likewise."""
+
+
+def _raise_inotify_limit() -> None:
+    """Raise (never lower) the host's inotify instance limit to :data:`INOTIFY_INSTANCES`."""
+    knob = Path("/proc/sys/fs/inotify/max_user_instances")
+    try:
+        if int(knob.read_text()) < INOTIFY_INSTANCES:
+            knob.write_text(f"{INOTIFY_INSTANCES}\n")
+    except (OSError, ValueError) as exc:
+        raise EnvironmentProblem(
+            f"provision sim needs fs.inotify.max_user_instances >= {INOTIFY_INSTANCES} "
+            f"(sysctl -w fs.inotify.max_user_instances={INOTIFY_INSTANCES}): {exc}"
+        ) from exc
 
 
 def run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
