@@ -253,6 +253,10 @@ class HostSettings(BaseModel):
     cann_version: CannVersion | None = None
     openeuler_repos_mirror_url: Url | None = None
     npu_pools_list: list[NpuPool] = Field(default_factory=list)
+    container_runtime_mirror_url: Url | None = None
+    container_runtime_verify: Literal["changed", "always", "never"] | None = None
+    container_runtime_verify_image_url: Url | Literal[""] | None = None
+    container_runtime_default_runtime: StrictBool | None = None
     vllm_serve_profiles: dict[str, ServingProfile] = Field(default_factory=dict)
 
 

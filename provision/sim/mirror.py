@@ -91,7 +91,7 @@ def artifact_specs(
     firmware: str = "7.8.0.6.201",
     cann: str = "9.1.0",
     nnal: str | None = None,
-    docker_runtime: str = "7.1.RC1",
+    docker_runtime: str = "26.1.0",
     components: Iterable[str] = COMPONENTS,
     driver_compatible_fw: tuple[str, str] | None = None,
 ) -> list[Artifact]:
@@ -178,7 +178,7 @@ def build_artifacts(
     firmware: str = "7.8.0.6.201",
     cann: str = "9.1.0",
     nnal: str | None = None,
-    docker_runtime: str = "7.1.RC1",
+    docker_runtime: str = "26.1.0",
     components: Sequence[str] = COMPONENTS,
     driver_compatible_fw: tuple[str, str] | None = None,
 ) -> list[Path]:
@@ -343,7 +343,8 @@ _OPTIONS = {
     "driver": "--full --run --devel --upgrade --uninstall --install-path=<path> --install-for-all "
     "--install-username=<user> --install-usergroup=<group> --quiet",
     "firmware": "--full --upgrade --uninstall --quiet",
-    "docker-runtime": "--install --upgrade --uninstall --install-path=<path> --install-scene=docker",
+    "docker-runtime": "--install --upgrade --uninstall --install-path=<path> --install-scene=<scene> "
+    "--install-type=<type> --injection-mode=<mode> --version",
 }
 _CANN_OPTIONS = "--install --full --upgrade --uninstall --install-path=<path> --install-for-all --quiet"
 

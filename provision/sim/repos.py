@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -54,10 +55,10 @@ from pathlib import Path
 
 from provision.ascend import lock
 from provision.errors import EnvironmentProblem, ProvisionError
-from provision.sim import mirror, rootfs
+from provision.sim import images, mirror, rootfs
 from provision.sim.system import ProcessRef, locked, read_ref
 
-CONTENT_VERSION = 1
+CONTENT_VERSION = 3
 """Bump when what :func:`build_mirror` writes changes, so cached mirrors are rebuilt."""
 
 OPENEULER_RELEASES = ("openEuler-22.03-LTS-SP1", "openEuler-24.03-LTS-SP1")
@@ -65,8 +66,37 @@ OPENEULER_SECTIONS = ("OS", "everything", "update", "EPOL/main")
 UBUNTU_CODENAME = "jammy"
 UBUNTU_SUITES = (UBUNTU_CODENAME, f"{UBUNTU_CODENAME}-updates", f"{UBUNTU_CODENAME}-security")
 UBUNTU_COMPONENTS = ("main", "restricted", "universe", "multiverse")
-DEBIAN_PACKAGES = ("pciutils", "libpci3", "pci.ids", "net-tools")
-"""Real Debian packages whose binaries the mirror's pciutils / net-tools carry."""
+DEBIAN_PACKAGES = ("pciutils", "libpci3", "pci.ids", "net-tools", "busybox-static")
+"""Real Debian packages whose binaries the mirror's pciutils / net-tools (and the verification image) hold."""
+DOCKER_PACKAGE = "docker.io"
+"""The container engine: Debian's package and its dependency closure not already in the node base."""
+DOCKER_RPM = "docker-engine"
+"""openEuler's docker package (src-openeuler/docker: ``Name: docker-engine``, ``Provides: docker``)."""
+VERIFY_IMAGE = "provision-sim/busybox:1"
+VERIFY_IMAGE_FILE = "busybox.tar"
+"""The image of the container_runtime role's verification on the simulated cluster (mirror ``images/``)."""
+IPTABLES_ALTERNATIVES = {
+    name: f"{name.split('-')[0]}-nft{'-' + name.split('-')[1] if '-' in name else ''}"
+    for name in (
+        "iptables",
+        "iptables-save",
+        "iptables-restore",
+        "ip6tables",
+        "ip6tables-save",
+        "ip6tables-restore",
+    )
+}
+"""What Debian's iptables postinst links with update-alternatives (nft variants); the rpm has the links."""
+DOCKER_POST = """\
+getent group docker >/dev/null || groupadd --system docker
+ldconfig
+systemctl daemon-reload >/dev/null 2>&1 || :
+systemctl enable docker >/dev/null 2>&1 || :
+systemctl start docker >/dev/null 2>&1 || :
+"""
+"""openEuler's docker-engine %post: the docker group, ``systemctl enable docker; systemctl start docker``."""
+POST_DIR = "/usr/libexec/provision-sim"
+"""Where an rpm's %post shell script lives (run by a Lua scriptlet: see :func:`_rpmbuild`)."""
 
 UPGRADE_SET = {"driver": "25.0.rc1.1", "firmware": "7.7.0.1.231", "cann": "8.2.RC1"}
 """An older driver/firmware/CANN set next to the locked one, for upgrade tests."""
@@ -104,11 +134,13 @@ class Package:
     """Path inside the node -> (content, mode)."""
     symlinks: Mapping[str, str] = field(default_factory=dict)
     debs: tuple[str, ...] = ()
-    """Debian packages (of :data:`DEBIAN_PACKAGES`) whose files the rpm carries."""
+    """Debian packages (of :data:`DEBIAN_PACKAGES` or the docker closure) whose files the rpm carries."""
     requires: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
     sections: tuple[str, ...] = ("OS", "everything")
     noarch: bool = False
+    post: str = ""
+    """An rpm ``%post`` scriptlet."""
 
 
 def _script(text: str) -> tuple[str, int]:
@@ -129,10 +161,28 @@ def _tool(name: str, version_line: str, extra: str = "") -> str:
     )
 
 
-def rpm_packages(kernel: str) -> dict[str, Package]:
-    """The openEuler packages by rpm name (``kernel`` is the nodes' ``uname -r``)."""
+def rpm_packages(kernel: str, docker_debs: Mapping[str, str] | None = None) -> dict[str, Package]:
+    """The openEuler packages by rpm name (``kernel`` is the nodes' ``uname -r``).
+
+    ``docker_debs`` (Debian package -> version, :func:`download_docker_debs`) adds ``docker-engine``: the
+    Debian engine and everything the node base lacks for it (containerd, runc, tini, iptables, libraries),
+    repacked like openEuler's package that bundles dockerd, containerd and runc.
+    """
     name_devel, name_headers, kernel_version = _kernel_rpm_names(kernel)
+    docker: dict[str, Package] = {}
+    if docker_debs:
+        version = docker_debs.get(DOCKER_PACKAGE, "20.10").split(":")[-1].split("+")[0].split("-")[0]
+        docker[DOCKER_RPM] = Package(
+            "The open-source application container engine (Debian's docker.io and its dependencies)",
+            version,
+            debs=tuple(sorted(docker_debs)),
+            symlinks={f"/usr/sbin/{name}": target for name, target in IPTABLES_ALTERNATIVES.items()},
+            provides=("docker", f"docker = {version}"),
+            sections=("everything",),
+            post=DOCKER_POST,
+        )
     return {
+        **docker,
         "pciutils": Package(
             "PCI bus related utilities (binaries of Debian's pciutils)",
             "3.9.0",
@@ -289,6 +339,7 @@ def ascend_sets() -> list[dict[str, str]]:
             "firmware": str(locked_stack["firmware"]),
             "cann": str(locked_stack["cann"]),
             "nnal": str(locked_stack.get("nnal") or locked_stack["cann"]),
+            "docker_runtime": str(locked_stack["docker_runtime"]),
         },
         {**UPGRADE_SET, "nnal": UPGRADE_SET["cann"]},
     ]
@@ -296,7 +347,11 @@ def ascend_sets() -> list[dict[str, str]]:
 
 def cache_key(target: Target) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps([CONTENT_VERSION, target.__dict__, ascend_sets()], sort_keys=True).encode())
+    digest.update(
+        json.dumps(
+            [CONTENT_VERSION, target.__dict__, ascend_sets(), rootfs.PACKAGES], sort_keys=True
+        ).encode()
+    )
     for name, data in mirror._engine_files():  # the .run payload: the simulated installers
         digest.update(name.encode())
         digest.update(data)
@@ -320,9 +375,9 @@ def ensure_mirror(
             partial = root.with_name(root.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
             try:
-                build_mirror(
-                    partial, target=target, debs=download_debs(cache, target), keyring=ensure_key(cache)
-                )
+                debs = download_debs(cache, target)
+                docker = download_docker_debs(cache, target, rootfs.ensure_base(cache, progress))
+                build_mirror(partial, target=target, debs=debs, docker_debs=docker, keyring=ensure_key(cache))
             except BaseException:
                 shutil.rmtree(partial, ignore_errors=True)
                 raise
@@ -389,6 +444,71 @@ def download_debs(cache: Path, target: Target) -> dict[str, Path]:
     return found
 
 
+def download_docker_debs(cache: Path, target: Target, base: Path) -> dict[str, Path]:
+    """:data:`DOCKER_PACKAGE` and its dependency closure missing from the node base ``base`` (a rootfs).
+
+    The closure is what ``apt-get install --no-install-recommends`` would add on top of the base's dpkg
+    status (simulated on the host, against the host's Debian package lists); the debs are fetched once with
+    ``apt-get download`` and cached in ``debs-<arch>/docker/`` with the list (``closure.txt``).
+    """
+    folder = cache / f"debs-{target.deb_arch}" / "docker"
+    listing = folder / "closure.txt"
+    if listing.is_file():
+        wanted = dict(line.split(" ", 1) for line in listing.read_text().splitlines() if " " in line)
+        found = _debs_in(folder)
+        if wanted and all(name in found for name in wanted):
+            return {name: found[name] for name in wanted}
+    status = base / "var/lib/dpkg/status"
+    simulated = subprocess.run(
+        [
+            "apt-get",
+            "install",
+            "-s",
+            "-q",
+            "--no-install-recommends",
+            "-o",
+            f"Dir::State::status={status}",
+            "-o",
+            f"APT::Architecture={target.deb_arch}",
+            DOCKER_PACKAGE,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    closure = dict(re.findall(r"^Inst (\S+) \((\S+) ", simulated.stdout, re.MULTILINE))
+    if simulated.returncode != 0 or DOCKER_PACKAGE not in closure:
+        raise EnvironmentProblem(
+            f"the local mirror carries Debian's {DOCKER_PACKAGE}; finding its dependencies with apt failed "
+            "(is a Debian mirror reachable, `apt-get update` done?):\n"
+            f"{(simulated.stderr or simulated.stdout)[-2000:]}"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        os.chmod(tmp, 0o755)  # apt's sandbox user writes there
+        names = [f"{name.split(':')[0]}={version}" for name, version in closure.items()]
+        done = subprocess.run(
+            ["apt-get", "download", "-q", *names], cwd=tmp, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise EnvironmentProblem(
+                f"`apt-get download {' '.join(names)}` failed:\n{done.stderr.strip()[-2000:]}"
+            )
+        for deb in Path(tmp).glob("*.deb"):
+            shutil.move(str(deb), folder / deb.name)
+    found = _debs_in(folder)
+    missing = [name for name in closure if name.split(":")[0] not in found]
+    if missing:
+        raise ProvisionError(f"apt-get download did not give {missing} in {folder}")
+    listing.write_text("".join(f"{name.split(':')[0]} {version}\n" for name, version in closure.items()))
+    return {name.split(":")[0]: found[name.split(":")[0]] for name in closure}
+
+
+def _deb_versions(debs: Mapping[str, Path]) -> dict[str, str]:
+    """Package -> version, from the file names (``name_version_arch.deb``, ``%3a`` = ``:``)."""
+    return {name: path.name.split("_")[1].replace("%3a", ":") for name, path in debs.items()}
+
+
 def _debs_in(folder: Path) -> dict[str, Path]:
     return {deb.name.split("_")[0]: deb for deb in sorted(folder.glob("*.deb"))} if folder.is_dir() else {}
 
@@ -437,19 +557,28 @@ def _run(argv: Sequence[str], *, cwd: Path | None = None) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def build_mirror(dest: Path, *, target: Target, debs: Mapping[str, Path], keyring: Path) -> None:
+def build_mirror(
+    dest: Path,
+    *,
+    target: Target,
+    debs: Mapping[str, Path],
+    keyring: Path,
+    docker_debs: Mapping[str, Path] | None = None,
+) -> None:
     """Write the whole mirror tree into ``dest`` (see the module docstring)."""
     dest.mkdir(parents=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    docker_debs = docker_debs or {}
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         work = Path(tmp)
         _gpg(keyring, "--armor", "--export", KEY_UID, output=work / "key.asc")
-        rpms = build_rpms(work / "rpm", target=target, debs=debs, keyring=keyring)
-        _openeuler_tree(dest / "openeuler", target, rpms, work / "key.asc")
+        rpms = build_rpms(work / "rpm", target=target, debs={**debs, **docker_debs}, keyring=keyring)
+        _openeuler_tree(dest / "openeuler", target, rpms, work / "key.asc", _deb_versions(docker_debs))
         stand_ins = build_debs(work / "deb", target=target)
-        _ubuntu_tree(
-            dest / "ubuntu", target, [*(debs[name] for name in DEBIAN_PACKAGES), *stand_ins], keyring
-        )
+        real = [debs[name] for name in DEBIAN_PACKAGES if name != "busybox-static"]
+        _ubuntu_tree(dest / "ubuntu", target, [*real, *docker_debs.values(), *stand_ins], keyring)
         shutil.copy(work / "key.asc", dest / "ubuntu" / APT_KEY_NAME)
+        if "busybox-static" in debs:
+            _verify_image(dest / "images", debs["busybox-static"], target, work / "busybox")
     for number, versions in enumerate(ascend_sets()):
         mirror.build_artifacts(
             dest / "ascend",
@@ -458,21 +587,36 @@ def build_mirror(dest: Path, *, target: Target, debs: Mapping[str, Path], keyrin
             firmware=versions["firmware"],
             cann=versions["cann"],
             nnal=versions["nnal"],
+            docker_runtime=versions.get("docker_runtime", "26.1.0"),
             components=mirror.COMPONENTS
             if number == 0
             else [c for c in mirror.COMPONENTS if c != "docker-runtime"],
         )
 
 
+def _verify_image(folder: Path, busybox_deb: Path, target: Target, work: Path) -> None:
+    """``images/busybox.tar`` (``docker save`` format, :data:`VERIFY_IMAGE`) and its ``sha256sums.txt``."""
+    _run(["dpkg-deb", "-x", str(busybox_deb), str(work)])
+    binary = next((p for p in (work / "bin/busybox", work / "usr/bin/busybox") if p.is_file()), None)
+    if binary is None:
+        raise ProvisionError(f"{busybox_deb.name} holds no bin/busybox")
+    image = images.busybox_image(
+        folder / VERIFY_IMAGE_FILE, binary.read_bytes(), VERIFY_IMAGE, machine=target.arch
+    )
+    digest = hashlib.sha256(image.read_bytes()).hexdigest()
+    (folder / "sha256sums.txt").write_text(f"{digest}  {image.name}\n")
+
+
 def build_rpms(work: Path, *, target: Target, debs: Mapping[str, Path], keyring: Path) -> dict[str, Path]:
     """Every rpm of :func:`rpm_packages`, signed; rpm name -> file."""
     out: dict[str, Path] = {}
-    for name, package in rpm_packages(target.kernel).items():
+    docker = {name: path for name, path in debs.items() if name not in DEBIAN_PACKAGES}
+    for name, package in rpm_packages(target.kernel, _deb_versions(docker)).items():
         tree = work / "trees" / name
         tree.mkdir(parents=True)
         for deb in package.debs:
             _extract_deb(debs[deb], tree)
-        _write_tree(tree, package)
+        _write_tree(tree, package, name)
         out[name] = _rpmbuild(work, name, package, tree, target)
     _run(
         [
@@ -515,7 +659,12 @@ def _merge(src: Path, dest: Path) -> None:
     shutil.rmtree(src, ignore_errors=True)
 
 
-def _write_tree(tree: Path, package: Package) -> None:
+def _write_tree(tree: Path, package: Package, name: str = "") -> None:
+    if package.post:
+        post = tree / POST_DIR.lstrip("/") / f"{name}.post"
+        post.parent.mkdir(parents=True, exist_ok=True)
+        post.write_text(package.post)
+        post.chmod(0o644)
     for path, (content, mode) in package.files.items():
         target = tree / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -544,10 +693,13 @@ def _rpmbuild(work: Path, name: str, package: Package, tree: Path, target: Targe
         *(["BuildArch: noarch"] if package.noarch else []),
         "%define debug_package %{nil}",
         "%define __os_install_post %{nil}",
+        "%define _binary_payload w3.zstdio",
         "%description",
         f"{package.summary}. Built by provision sim for the simulated cluster's local mirror.",
         "%install",
         f"cp -a {tree}/. %{{buildroot}}/",
+        # Lua, not sh: a shell scriptlet would require /bin/sh, which no rpm in the node's database provides.
+        *(["%post -p <lua>", f'rpm.execute("/bin/sh", "{POST_DIR}/{name}.post")'] if package.post else []),
         "%files",
         *(f'"{entry}"' for entry in entries),
         "",
@@ -578,8 +730,10 @@ def _rpmbuild(work: Path, name: str, package: Package, tree: Path, target: Targe
     return built[0]
 
 
-def _openeuler_tree(root: Path, target: Target, rpms: Mapping[str, Path], key: Path) -> None:
-    packages = rpm_packages(target.kernel)
+def _openeuler_tree(
+    root: Path, target: Target, rpms: Mapping[str, Path], key: Path, docker: Mapping[str, str] | None = None
+) -> None:
+    packages = rpm_packages(target.kernel, docker)
     for release in OPENEULER_RELEASES:
         for section in OPENEULER_SECTIONS:
             folder = root / release / section / target.arch
@@ -615,7 +769,10 @@ def _ubuntu_tree(root: Path, target: Target, debs: Iterable[Path], keyring: Path
     pool = root / "pool" / "main"
     pool.mkdir(parents=True)
     for deb in debs:
-        shutil.copy(deb, pool / deb.name)
+        try:
+            os.link(deb, pool / deb.name)
+        except OSError:
+            shutil.copy(deb, pool / deb.name)
     for suite in UBUNTU_SUITES:
         files = []
         for component in UBUNTU_COMPONENTS:
@@ -770,4 +927,7 @@ def group_vars(url: str) -> str:
         f"openeuler_repos_apt_signed_by: {url}/ubuntu/{APT_KEY_NAME}\n"
         "# The nodes reach nothing but the mirror: no other repo file or apt source may stay enabled.\n"
         "openeuler_repos_disable_other_sources: true\n"
+        "# No registry either: the container runtime's verification image is loaded from the mirror.\n"
+        f"container_runtime_verify_image: {VERIFY_IMAGE}\n"
+        f"container_runtime_verify_image_url: {url}/images/{VERIFY_IMAGE_FILE}\n"
     )

@@ -70,7 +70,7 @@ TOOLKIT_OLD = f"Ascend-cann-toolkit_8.3.RC2_linux-{ARCH}.run"
 OPS = f"Ascend-cann-910b-ops_9.1.0_linux-{ARCH}.run"
 KERNELS_OLD = f"Ascend-cann-kernels-910b_8.3.RC2_linux-{ARCH}.run"
 NNAL = f"Ascend-cann-nnal_9.1.0_linux-{ARCH}.run"
-RUNTIME = f"Ascend-docker-runtime_7.1.RC1_linux-{ARCH}.run"
+RUNTIME = f"Ascend-docker-runtime_26.1.0_linux-{ARCH}.run"
 
 
 @pytest.fixture
@@ -512,16 +512,17 @@ def test_docker_runtime_merges_daemon_json(sim: SimRoot, repo: Mirror) -> None:
     daemon.write_text(
         json.dumps({"data-root": "/data/docker", "runtimes": {"other": {"path": "/usr/bin/x"}}})
     )
-    res = sim.run([repo[RUNTIME], "--install"])
+    res = sim.run([repo[RUNTIME], "--install"], input="y\n")
     ok(res)
+    assert "[INFO] /etc/docker/daemon.json modify success" in res.stdout
     data = json.loads(daemon.read_text())
     runtime = "/usr/local/Ascend/Ascend-Docker-Runtime/ascend-docker-runtime"
     assert data["data-root"] == "/data/docker"
     assert data["runtimes"]["other"] == {"path": "/usr/bin/x"}
-    assert data["runtimes"]["ascend"]["path"] == runtime
+    assert data["runtimes"]["ascend"] == {"path": runtime, "runtimeArgs": []}
     assert data["default-runtime"] == "ascend"
     assert os.access(sim.path(runtime), os.X_OK)
-    ok(sim.run([repo[RUNTIME], "--install"]))  # idempotent
+    ok(sim.run([repo[RUNTIME], "--install"], input="y\n"))  # idempotent
     assert json.loads(daemon.read_text()) == data
     ok(sim.run(["sh", sim.path("/usr/local/Ascend/Ascend-Docker-Runtime/script/uninstall.sh")]))
     assert json.loads(daemon.read_text()) == {
@@ -532,16 +533,16 @@ def test_docker_runtime_merges_daemon_json(sim: SimRoot, repo: Mirror) -> None:
 
 
 def test_docker_runtime_without_daemon_json_and_failures(sim: SimRoot, repo: Mirror) -> None:
-    ok(sim.run([repo[RUNTIME], "--install", "--install-scene=docker"]))
+    ok(sim.run([repo[RUNTIME], "--install", "--install-scene=docker"], input="y\n"))
     assert json.loads(sim.path("/etc/docker/daemon.json").read_text())["default-runtime"] == "ascend"
-    res = sim.run([repo[RUNTIME], "--install", "--install-scene=containerd"])
+    res = sim.run([repo[RUNTIME], "--install", "--install-scene=containerd"], input="y\n")
     assert res.returncode == 1 and "containerd" in res.stdout
     sim.path("/etc/docker/daemon.json").write_text("{not json")
-    res = sim.run([repo[RUNTIME], "--install"])
-    assert res.returncode == 1 and "not valid JSON" in res.stdout
+    res = sim.run([repo[RUNTIME], "--install"], input="y\n")
+    assert res.returncode == 1 and "ascend-docker-plugin-install-helper add" in res.stdout
     assert sim.path("/etc/docker/daemon.json").read_text() == "{not json"
     res = sim.run([repo[RUNTIME], "--full"])
-    assert res.returncode == 1 and "Unsupported parameter: --full" in res.stdout
+    assert res.returncode == 1 and "[ERROR] failed, unsupported parameters: --full" in res.stdout
 
 
 def test_crash_knob_for_cann_packages(sim: SimRoot, repo: Mirror) -> None:

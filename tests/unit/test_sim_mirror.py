@@ -23,7 +23,7 @@ def test_names_for_cann_9(tmp_path: Path) -> None:
         "Ascend-cann-toolkit_9.1.0_linux-aarch64.run",
         "Ascend-cann-910b-ops_9.1.0_linux-aarch64.run",
         "Ascend-cann-nnal_9.1.0_linux-aarch64.run",
-        "Ascend-docker-runtime_7.1.RC1_linux-aarch64.run",
+        "Ascend-docker-runtime_26.1.0_linux-aarch64.run",
     ]
     assert all(p.stat().st_mode & 0o777 == 0o755 for p in built)
     assert all(p.read_bytes().startswith(b"#!/bin/sh\n") for p in built)
@@ -80,3 +80,108 @@ def test_payload_is_a_makeself_style_archive(tmp_path: Path) -> None:
     names = {line.split()[-1] for line in res.stdout.splitlines()}
     assert {"install.sh", "package.json", "ascendsim/installer.py", "ascendsim/npusmi.py"} <= names
     assert subprocess.run(["sh", str(run), "--version"], capture_output=True, text=True).stdout == "9.1.0\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# container engine packages and images (provision.sim.repos / provision.sim.images)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_docker_engine_rpm_repacks_the_debian_closure() -> None:
+    from provision.sim import repos
+
+    closure = {
+        "docker.io": "20.10.24+dfsg1-1+deb12u1+b6",
+        "containerd": "1.6.20~ds1-1",
+        "iptables": "1.8.9-2",
+    }
+    assert "docker-engine" not in repos.rpm_packages("6.1.0-1-amd64")
+    package = repos.rpm_packages("6.1.0-1-amd64", closure)["docker-engine"]
+    assert package.version == "20.10.24"
+    assert set(package.debs) == set(closure)
+    assert "docker" in package.provides and not package.requires
+    assert package.symlinks["/usr/sbin/iptables"] == "iptables-nft"
+    assert package.symlinks["/usr/sbin/ip6tables-restore"] == "ip6tables-nft-restore"
+    assert "systemctl enable docker" in package.post and "groupadd --system docker" in package.post
+
+
+def test_group_vars_point_the_verification_at_the_mirrors_image() -> None:
+    from provision.sim import repos
+
+    text = repos.group_vars("http://10.200.0.1:8080")
+    assert f"container_runtime_verify_image: {repos.VERIFY_IMAGE}\n" in text
+    assert "container_runtime_verify_image_url: http://10.200.0.1:8080/images/busybox.tar\n" in text
+
+
+def test_docker_save_format(tmp_path: Path) -> None:
+    import json
+    import tarfile
+
+    from provision.sim import images
+
+    layer = images.Layer.from_entries(
+        [images.Entry("/bin/tool", data=b"#!/bin/sh\n", mode=0o755), images.Entry("/bin/alias", link="tool")]
+    )
+    dest = images.save_image(tmp_path / "a.tar", "example/tool:1", [layer], images.ImageConfig(cmd=["tool"]))
+    again = images.save_image(tmp_path / "b.tar", "example/tool:1", [layer], images.ImageConfig(cmd=["tool"]))
+    assert dest.read_bytes() == again.read_bytes()  # deterministic: a stable sha256 on the mirror
+    with tarfile.open(dest) as tar:
+        (manifest,) = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        assert manifest["RepoTags"] == ["example/tool:1"]
+        config = json.loads(tar.extractfile(manifest["Config"]).read())  # type: ignore[union-attr]
+        layer_tar = tar.extractfile(manifest["Layers"][0]).read()  # type: ignore[union-attr]
+    assert config["rootfs"] == {
+        "type": "layers",
+        "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()],
+    }
+    assert config["config"]["Cmd"] == ["tool"] and config["os"] == "linux"
+    assert (
+        manifest["Config"]
+        == hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        + ".json"
+    )
+    with tarfile.open(fileobj=__import__("io").BytesIO(layer_tar)) as inner:
+        names = {m.name: m for m in inner.getmembers()}
+    assert set(names) == {"bin", "bin/tool", "bin/alias"}
+    assert names["bin/alias"].issym() and names["bin/alias"].linkname == "tool"
+    assert names["bin/tool"].mode == 0o755
+    with pytest.raises(ProvisionError, match="needs a :tag"):
+        images.save_image(tmp_path / "c.tar", "example/tool", [layer])
+
+
+def test_layer_from_a_tree_keeps_links_and_skips_excluded(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    from provision.sim import images
+
+    root = tmp_path / "root"
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/python3").write_text("py")
+    (root / "bin").symlink_to("usr/bin")
+    (root / "proc").mkdir()
+    (root / "proc/junk").write_text("x")
+    layer = images.Layer.from_tree(root, prefix="/opt/base", exclude=["proc"])
+    with tarfile.open(fileobj=io.BytesIO(layer.tar)) as tar:
+        names = {m.name: m for m in tar.getmembers()}
+    assert "opt/base/usr/bin/python3" in names and "opt/base/proc" not in names
+    assert names["opt/base/bin"].issym() and names["opt/base/bin"].linkname == "usr/bin"
+    assert "opt" in names and names["opt"].isdir()
+
+
+def test_busybox_image_has_the_applets(tmp_path: Path) -> None:
+    import json
+    import tarfile
+
+    from provision.sim import images
+
+    dest = images.busybox_image(
+        tmp_path / "bb.tar", b"\x7fELF static", "provision-sim/busybox:1", machine="aarch64"
+    )
+    with tarfile.open(dest) as tar:
+        (manifest,) = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        config = json.loads(tar.extractfile(manifest["Config"]).read())  # type: ignore[union-attr]
+        with tarfile.open(fileobj=tar.extractfile(manifest["Layers"][0])) as layer:  # type: ignore[arg-type]
+            names = set(layer.getnames())
+    assert config["architecture"] == "arm64"
+    assert {"bin/busybox", "bin/ls", "bin/sh", "dev", "etc/passwd", "tmp"} <= names

@@ -37,6 +37,9 @@ What the cluster code provides (nothing else is needed for the tools to work):
   ``--bind-ro=/run/netns/<npu-netns>:/run/provision-sim/npu-netns``. Without it the ICMP probes run in
   the node's own namespace (so only addresses reachable there answer).
 * The ``.run`` files of :mod:`provision.sim.mirror`, built for the nodes' ``uname -m``, served over HTTP.
+* For the Ascend Docker Runtime (``docker-runtime`` ``.run``): nothing more — its OCI runtime
+  (``ascendsim/docker_runtime.py``) runs inside the node's real dockerd and execs the node's ``runc``; the
+  engine itself comes from the mirror (Debian's ``docker.io`` + closure, or the ``docker-engine`` rpm).
 * In the package mirror: pciutils, net-tools, dkms, gcc, make and a package creating
   ``/lib/modules/$(uname -r)/build`` (Debian) or ``/usr/src/kernels/$(uname -r)`` (openEuler
   ``kernel-devel-$(uname -r)``) for the HOST kernel release, which is what ``uname -r`` says in a node.

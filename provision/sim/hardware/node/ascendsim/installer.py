@@ -19,8 +19,9 @@ Components and their flags (anything else → ``[ERROR]Unsupported parameter``, 
 * ``toolkit``, ``ops`` (CANN >= 8.5), ``kernels`` (CANN <= 8.3), ``nnal``: ``--install|--full``,
   ``--upgrade``, ``--uninstall``, ``--install-path=``, ``--install-for-all``, ``--quiet`` (without it the
   installer asks to accept the EULA on stdin; EOF or anything but y refuses), ``--nox11``.
-* ``docker-runtime``: ``--install``, ``--upgrade``, ``--uninstall``, ``--install-path=``,
-  ``--install-scene=docker`` (containerd/isula are refused by the simulator).
+* ``docker-runtime`` (MindCluster Ascend Docker Runtime): its own contract and messages, see
+  ``docker_runtime.py`` (``--install [--install-scene=docker]``, ``--upgrade``, ``--uninstall``, EULA on
+  stdin).
 
 Fault knobs read from ``hardware.json``: ``faults.installer_crash`` = ``{"<component>": <percent>}``
 (or ``{"<component>": {"percent": 40, "mode": "exit"|"kill"}}`` or a list of components, meaning 40 %):
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import common
+from . import common, docker_runtime
 
 TAGS = {
     "driver": "Driver",
@@ -745,94 +746,6 @@ def uninstall_cann(m: dict[str, Any], o: Options, log: Log) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# Ascend Docker Runtime
-# ------------------------------------------------------------------------------------------------
-
-RUNTIME_SHIM = """#!/bin/sh
-# Ascend Docker Runtime - {simulated}# A pass-through to runc: the real runtime adds the Ascend
-# prestart hook that mounts the devices named in ASCEND_VISIBLE_DEVICES; the simulator does not.
-for r in /usr/bin/runc /usr/sbin/runc /usr/local/bin/runc /usr/local/sbin/runc /usr/bin/docker-runc; do
-    [ -x "$r" ] && exec "$r" "$@"
-done
-echo "ascend-docker-runtime: runc not found" >&2
-exit 1
-"""
-
-
-def daemon_json(log: Log) -> tuple[Path, dict[str, Any]]:
-    path = common.host_path("/etc/docker/daemon.json")
-    data: dict[str, Any] = {}
-    if path.exists() and path.read_text(encoding="utf-8").strip():
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            log.fail(f"/etc/docker/daemon.json is not valid JSON ({exc}); fix it and install again.")
-        if not isinstance(loaded, dict):
-            log.fail("/etc/docker/daemon.json must hold a JSON object; fix it and install again.")
-        data = loaded
-    return path, data
-
-
-def install_docker_runtime(m: dict[str, Any], o: Options, log: Log) -> int:
-    start(log)
-    require_root(log)
-    if o.scene != "docker":
-        log.fail(f"--install-scene={o.scene} is not supported by the simulated runtime (only docker).")
-    path, data = daemon_json(log)
-    runtimes = data.get("runtimes", {})
-    if not isinstance(runtimes, dict):
-        log.fail('"runtimes" in /etc/docker/daemon.json must be an object.')
-    rdir = f"{o.install_path}/Ascend-Docker-Runtime"
-    write(f"{rdir}/ascend-docker-runtime", RUNTIME_SHIM.format(simulated=SIMULATED), 0o755)
-    for tool in (
-        "ascend-docker-hook",
-        "ascend-docker-cli",
-        "ascend-docker-destroy",
-        "ascend-docker-plugin-install-helper",
-    ):
-        write(f"{rdir}/{tool}", "#!/bin/sh\n# " + SIMULATED + "exit 0\n", 0o755)
-    manifest_path = save_manifest(m, f"{rdir}/script", o.install_path)
-    write(f"{rdir}/script/uninstall.sh", uninstall_script(manifest_path), 0o755)
-    write(f"{rdir}/version.info", f"version={m['version']}\n")
-    runtimes["ascend"] = {"path": f"{rdir}/ascend-docker-runtime", "runtimeArgs": []}
-    data["runtimes"] = runtimes
-    data["default-runtime"] = "ascend"
-    common.write_text_atomic(path, json.dumps(data, indent=4) + "\n")
-    log.info(
-        f"Update /etc/docker/daemon.json: default-runtime=ascend, runtime path {rdir}/ascend-docker-runtime"
-    )
-    verb = "upgraded" if o.op == "upgrade" else "installed"
-    log.info(f"Ascend-docker-runtime package {verb} successfully! Restart docker to take effect.")
-    end(log)
-    log.operation("Install", m, "success")
-    return 0
-
-
-def uninstall_docker_runtime(m: dict[str, Any], o: Options, log: Log) -> int:
-    start(log)
-    require_root(log)
-    base = str(m.get("install_path") or o.install_path)
-    rdir = common.host_path(f"{base}/Ascend-Docker-Runtime")
-    if not rdir.exists():
-        log.fail(f"Ascend-docker-runtime is not installed in {base}.")
-    path, data = daemon_json(log)
-    runtimes = data.get("runtimes")
-    if isinstance(runtimes, dict):
-        runtimes.pop("ascend", None)
-        if not runtimes:
-            data.pop("runtimes")
-    if data.get("default-runtime") == "ascend":
-        data.pop("default-runtime")
-    if path.exists():
-        common.write_text_atomic(path, json.dumps(data, indent=4) + "\n")
-    common.remove_path(rdir)
-    log.info("Ascend-docker-runtime package uninstalled successfully! Restart docker to take effect.")
-    end(log)
-    log.operation("Uninstall", m, "success")
-    return 0
-
-
-# ------------------------------------------------------------------------------------------------
 # dispatch
 # ------------------------------------------------------------------------------------------------
 
@@ -843,7 +756,6 @@ INSTALL = {
     "ops": install_opp,
     "kernels": install_opp,
     "nnal": install_nnal,
-    "docker-runtime": install_docker_runtime,
 }
 UNINSTALL = {
     "driver": uninstall_driver,
@@ -852,13 +764,14 @@ UNINSTALL = {
     "ops": uninstall_cann,
     "kernels": uninstall_cann,
     "nnal": uninstall_cann,
-    "docker-runtime": uninstall_docker_runtime,
 }
 
 
 def run(manifest_path: str, argv: Sequence[str]) -> int:
     manifest: dict[str, Any] = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
     component = str(manifest["component"])
+    if component == "docker-runtime":  # MindCluster's own installer contract
+        return docker_runtime.run_package(manifest, argv)
     log = Log(component)
     op = "Install"
     try:

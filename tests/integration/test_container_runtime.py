@@ -1,0 +1,294 @@
+"""The container_runtime role on a mixed cluster: docker + the Ascend Docker Runtime, daemon.json, pools.
+
+One cluster for the module (openEuler 22.03 + Ubuntu 22.04, 8 NPUs each), brought to the state the role
+expects by the stages before it (repos, driver: device nodes exist). node1 starts with a daemon.json of the
+user's own. Dry run -> apply -> repeat = 0 changed and no restart -> a container asking for a pool's NPUs
+sees exactly those -> a runtime that ignores ASCEND_VISIBLE_DEVICES and a device the node does not have
+fail with clear messages -> a corrupted .run stops its node before any change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provision.ascend import lock
+from provision.sim import repos
+from provision.sim.cluster import Cluster
+
+pytestmark = pytest.mark.cluster
+
+ClusterFactory = Callable[..., Cluster]
+VERSION = str(lock.default_stack()["docker_runtime"])
+RUNTIME = "/usr/local/Ascend/Ascend-Docker-Runtime/ascend-docker-runtime"
+FACT = "/etc/ansible/facts.d/container_runtime.fact"
+POOLS = [
+    {"name": "chat", "devices": [0, 1], "port": 8000},
+    {"name": "batch", "devices": [4, 5, 6], "port": 8001},
+]
+USER_DAEMON = {
+    "log-driver": "json-file",
+    "log-opts": {"max-size": "10m"},
+    "insecure-registries": ["10.9.9.9:5000"],
+}
+VERIFY = "container_runtime : Check each container saw exactly its pool's NPUs"
+
+
+@dataclass
+class Run:
+    rc: int
+    summary: dict[str, Any]
+    stderr: str
+
+    def changed(self) -> dict[str, int]:
+        return {host: stats["changed"] for host, stats in self.summary["hosts"].items()}
+
+    def changes(self, host: str) -> list[str]:
+        return [c["task"] for c in self.summary["changes"] if c["host"] == host]
+
+    def failures(self) -> dict[str, str]:
+        return {f["host"]: f"{f['task']}: {f['message']}" for f in self.summary["failures"]}
+
+    def explain(self) -> str:
+        return (
+            json.dumps({k: self.summary.get(k) for k in ("hosts", "failures")}, indent=1)
+            + self.stderr[-3000:]
+        )
+
+
+def provision(verb: str, inventory: Path, playbook: str, *args: str) -> Run:
+    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(inventory.parent / "runs")}
+    argv = [sys.executable, "-m", "provision", verb, str(inventory), "-p", playbook, "--json", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
+    try:
+        summary = json.loads(done.stdout)
+    except ValueError:
+        pytest.fail(f"provision {verb} -p {playbook} printed no JSON (rc {done.returncode}):\n{done.stderr}")
+    return Run(done.returncode, summary, done.stderr)
+
+
+def sh(cluster: Cluster, node: str, script: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = cluster.exec(node, ["sh", "-c", script], timeout=180)
+    if check:
+        assert done.returncode == 0, f"{node}: {script}: {done.stdout}{done.stderr}"
+    return done
+
+
+def host_vars(inventory: Path, host: str, values: Mapping[str, Any] | None) -> None:
+    path = inventory.parent / "host_vars" / f"{host}.yml"
+    if values is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(yaml.safe_dump(dict(values)))
+
+
+def daemon_json(cluster: Cluster, node: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(sh(cluster, node, "cat /etc/docker/daemon.json").stdout)
+    return data
+
+
+def engine_started(cluster: Cluster, node: str) -> str:
+    """When docker last became active (changes on every (re)start)."""
+    return sh(cluster, node, "systemctl show docker -p ActiveEnterTimestampMonotonic --value").stdout.strip()
+
+
+def engine_stops(cluster: Cluster, node: str) -> int:
+    """How often systemd stopped docker since boot (a restart is one stop)."""
+    out = sh(cluster, node, "journalctl -u docker.service -o cat --no-pager", check=False).stdout
+    return sum(1 for line in out.splitlines() if line.startswith("Stopping docker"))
+
+
+def seen_devices(cluster: Cluster, node: str, devices: str) -> list[str]:
+    """The /dev/davinci* a container asking for ``devices`` gets (default runtime: ascend)."""
+    out = sh(
+        cluster,
+        node,
+        f"docker run --rm --network none -e ASCEND_VISIBLE_DEVICES={devices} {repos.VERIFY_IMAGE} ls -1 /dev",
+    ).stdout
+    return sorted(line for line in out.split() if line.startswith("davinci"))
+
+
+@pytest.fixture(scope="module")
+def stack(
+    sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Cluster, Path]]:
+    """The cluster after repos + driver, with the inventory (pools) and node1's own daemon.json."""
+    cluster = sim_cluster_module_factory(
+        f"crt-{os.getpid()}"[:24], nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=8
+    )
+    folder = tmp_path_factory.mktemp("container-runtime")
+    (folder / "group_vars").mkdir()
+    (folder / "host_vars").mkdir()
+    shutil.copy(cluster.inventory_path, folder / "inventory.ini")
+    values = {**yaml.safe_load(cluster.group_vars_path.read_text()), "npu_pools_list": POOLS}
+    (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(values))
+    inventory = folder / "inventory.ini"
+    for playbook in ("repos", "driver"):
+        run = provision("apply", inventory, playbook)
+        assert run.rc == 0, run.explain()
+    sh(
+        cluster,
+        "node1",
+        f"mkdir -p /etc/docker && echo '{json.dumps(USER_DAEMON)}' > /etc/docker/daemon.json",
+    )
+    yield cluster, inventory
+
+
+def test_plan_apply_and_a_repeat_that_changes_nothing(stack: tuple[Cluster, Path]) -> None:
+    cluster, inventory = stack
+    plan = provision("plan", inventory, "container_runtime")
+    assert plan.rc == 0, plan.explain()
+    for node in ("node1", "node2"):
+        tasks = plan.changes(node)
+        assert any(
+            t.endswith(f"Would download Ascend-docker-runtime_{VERSION}_linux-{cluster_arch(cluster)}.run")
+            for t in tasks
+        ), tasks
+        assert "container_runtime : Write daemon.json" in tasks, tasks
+        assert sh(cluster, node, "command -v dockerd", check=False).returncode != 0  # plan changed nothing
+    assert sh(cluster, "node1", "cat /etc/docker/daemon.json").stdout.strip() == json.dumps(USER_DAEMON)
+
+    first = provision("apply", inventory, "container_runtime")
+    assert first.rc == 0, first.explain()
+    for node, package in (("node1", "rpm -q docker-engine"), ("node2", "dpkg -s docker.io")):
+        sh(cluster, node, package)
+        assert sh(
+            cluster, node, "systemctl is-active docker; systemctl is-enabled docker"
+        ).stdout.split() == [
+            "active",
+            "enabled",
+        ]
+        data = daemon_json(cluster, node)
+        assert data["runtimes"]["ascend"] == {"path": RUNTIME, "runtimeArgs": []}
+        assert data["default-runtime"] == "ascend"
+        fact = json.loads(sh(cluster, node, f"cat {FACT}").stdout)
+        assert fact["ascend_docker_runtime"] == VERSION and fact["runtime"] == RUNTIME
+        # the engine was started by its package and restarted exactly once, for the runtime
+        assert engine_stops(cluster, node) == 1, sh(
+            cluster, node, "journalctl -u docker -o cat", check=False
+        ).stdout
+        # the verification ran (its image was loaded for it) and passed
+        sh(cluster, node, f"docker image inspect {repos.VERIFY_IMAGE} >/dev/null")
+        assert VERIFY not in first.failures().get(node, "")
+    # the user's own settings are all still there
+    user = daemon_json(cluster, "node1")
+    assert {k: user[k] for k in USER_DAEMON} == USER_DAEMON
+    assert set(user) == {*USER_DAEMON, "runtimes", "default-runtime"}
+
+    started = {node: engine_started(cluster, node) for node in ("node1", "node2")}
+    again = provision("apply", inventory, "container_runtime")
+    assert again.rc == 0, again.explain()
+    assert again.changed() == {"node1": 0, "node2": 0}, again.summary["changes"]
+    for node in ("node1", "node2"):
+        assert engine_started(cluster, node) == started[node]
+        assert engine_stops(cluster, node) == 1
+
+
+def cluster_arch(cluster: Cluster) -> str:
+    return sh(cluster, "node1", "uname -m").stdout.strip()
+
+
+def test_a_container_sees_exactly_its_pools_npus(stack: tuple[Cluster, Path]) -> None:
+    cluster, _ = stack
+    for node in ("node1", "node2"):
+        assert seen_devices(cluster, node, "0,1") == ["davinci0", "davinci1", "davinci_manager"]
+        assert seen_devices(cluster, node, "4-6") == ["davinci4", "davinci5", "davinci6", "davinci_manager"]
+        assert seen_devices(cluster, node, "void") == []
+        # the driver files the runtime mounts, read-only
+        out = sh(
+            cluster,
+            node,
+            f"docker run --rm -e ASCEND_VISIBLE_DEVICES=2 {repos.VERIFY_IMAGE} "
+            "sh -c 'ls /usr/local/Ascend/driver; touch /usr/local/bin/npu-smi 2>&1; echo $?'",
+        ).stdout
+        assert "version.info" in out and out.split()[-1] != "0"
+
+
+def test_a_runtime_that_ignores_the_pool_and_an_unknown_device_fail_clearly(
+    stack: tuple[Cluster, Path],
+) -> None:
+    cluster, inventory = stack
+    # node2: a runtime that passes straight to runc, giving a container no NPU at all
+    sh(
+        cluster,
+        "node2",
+        f"cp -p {RUNTIME} /root/ascend-docker-runtime.orig && "
+        f"printf '#!/bin/sh\\nexec /usr/sbin/runc \"$@\"\\n' > {RUNTIME}",
+    )
+    # node1: a pool with an NPU the node does not have (the inventory claims 16)
+    host_vars(
+        inventory,
+        "node1",
+        {"ascend_npu_count": 16, "npu_pools_list": [{"name": "big", "devices": [6, 7, 8, 9], "port": 8000}]},
+    )
+    try:
+        run = provision("apply", inventory, "container_runtime", "-e", "container_runtime_verify=always")
+    finally:
+        host_vars(inventory, "node1", None)
+        sh(cluster, "node2", f"mv /root/ascend-docker-runtime.orig {RUNTIME}")
+    assert run.rc == 1, run.explain()
+    failures = run.failures()
+    assert failures["node2"].startswith(VERIFY), failures
+    assert (
+        "node2: pool chat: a container given ASCEND_VISIBLE_DEVICES=0,1 should see exactly /dev/davinci0, "
+        "/dev/davinci1 but saw none; missing /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc"
+    ) in failures["node2"]
+    assert (
+        "node1: pool big: the verification container (image provision-sim/busybox:1, ASCEND_VISIBLE_DEVICES="
+        "6,7,8,9) did not run (exit "
+    ) in failures["node1"], failures
+    assert (
+        "failed to get /dev/davinci8 info : lstat /dev/davinci8: no such file or directory"
+        in failures["node1"]
+    )
+    # restored: the verification passes again
+    ok = provision("apply", inventory, "container_runtime", "-e", "container_runtime_verify=always")
+    assert ok.rc == 0, ok.explain()
+    assert ok.changed() == {"node1": 0, "node2": 0}
+
+
+def test_a_corrupted_run_file_stops_its_node_before_any_change(stack: tuple[Cluster, Path]) -> None:
+    cluster, inventory = stack
+    name = f"Ascend-docker-runtime_{VERSION}_linux-{cluster_arch(cluster)}.run"
+    # node1 must (re)install: its fact is gone; the pinned checksum is not the mirror file's
+    sh(cluster, "node1", f"mv {FACT} /root/container_runtime.fact")
+    before = {
+        "daemon": sh(cluster, "node1", "cat /etc/docker/daemon.json").stdout,
+        "runtime": sh(cluster, "node1", f"stat -c %Y {RUNTIME}").stdout,
+        "started": engine_started(cluster, "node1"),
+    }
+    host_vars(inventory, "node1", {"container_runtime_checksums": {name: "0" * 64}})
+    try:
+        run = provision("apply", inventory, "container_runtime")
+    finally:
+        host_vars(inventory, "node1", None)
+    assert run.rc == 1, run.explain()
+    message = run.failures()["node1"]
+    assert message.startswith("container_runtime : Check the runtime arrived intact"), message
+    assert (
+        f"{name} from " in message
+        and f"expected {'0' * 64} (pinned in container_runtime_checksums)" in message
+    )
+    assert "Nothing was installed on node1." in message
+    assert "node2" not in run.failures() and run.changed()["node2"] == 0
+    assert sh(cluster, "node1", "cat /etc/docker/daemon.json").stdout == before["daemon"]
+    assert sh(cluster, "node1", f"stat -c %Y {RUNTIME}").stdout == before["runtime"]
+    assert engine_started(cluster, "node1") == before["started"]
+    assert sh(cluster, "node1", f"test -e {FACT}", check=False).returncode != 0
+    assert (
+        sh(cluster, "node1", f"ls /var/cache/provision/container_runtime/{name}", check=False).returncode != 0
+    )
+    # with the mirror's checksum it installs again (an upgrade over the same version), fact back, one restart
+    fixed = provision("apply", inventory, "container_runtime")
+    assert fixed.rc == 0, fixed.explain()
+    assert json.loads(sh(cluster, "node1", f"cat {FACT}").stdout)["ascend_docker_runtime"] == VERSION
