@@ -192,6 +192,15 @@ def test_plan_apply_and_a_repeat_that_changes_nothing(stack: tuple[Cluster, Path
     for node in ("node1", "node2"):
         assert engine_started(cluster, node) == started[node]
         assert engine_stops(cluster, node) == 1
+    # on a converged cluster the plan shows nothing
+    converged = provision("plan", inventory, "container_runtime")
+    assert converged.rc == 0, converged.explain()
+    assert converged.changed() == {"node1": 0, "node2": 0}, converged.summary["changes"]
+    print(
+        f"\ncontainer_runtime on 2 nodes: plan {plan.summary['seconds']} s, "
+        f"apply {first.summary['seconds']} s, no-op apply {again.summary['seconds']} s, "
+        f"no-op plan {converged.summary['seconds']} s"
+    )
 
 
 def cluster_arch(cluster: Cluster) -> str:

@@ -147,12 +147,6 @@ def test_verdict_of_a_container_that_did_not_run_quotes_the_engine() -> None:
     assert "lstat /dev/davinci9: no such file or directory" in verdict["message"]
 
 
-def test_sha256sums_lookup() -> None:
-    text = "aa  one.run\nbb *two.tar\n"
-    assert F.container_runtime_sha256sums(text, "two.tar") == "bb"
-    assert F.container_runtime_sha256sums(text, "three") == ""
-
-
 def test_defaults_document_every_verify_mode() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())

@@ -96,15 +96,6 @@ def container_runtime_verdict(
     return {"ok": True, "seen": seen, "message": f"{host}: pool {name}: container sees exactly {got}"}
 
 
-def container_runtime_sha256sums(text: str, name: str) -> str:
-    """The sha256 of ``name`` in a ``sha256sum`` listing ('' when absent)."""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("*") == name:
-            return parts[0]
-    return ""
-
-
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -112,7 +103,6 @@ class FilterModule:
             "container_runtime_merge_daemon_json": container_runtime_merge_daemon_json,
             "container_runtime_seen_devices": container_runtime_seen_devices,
             "container_runtime_verdict": container_runtime_verdict,
-            "container_runtime_sha256sums": container_runtime_sha256sums,
         }
 
 
