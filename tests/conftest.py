@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
@@ -39,7 +39,7 @@ SIM_CLUSTER_NPUS = 8
 AnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
 # run_ansible(inventory, pattern, module, args="", *extra_cli_args, timeout=300)
 InventoryAnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
-# sim_cluster_factory(name, *, nodes, os_list, npus=8)
+# sim_cluster_factory(name, *, nodes, os_list, npus=8, binds=())
 ClusterFactory = Callable[..., Cluster]
 
 
@@ -65,15 +65,18 @@ def require_sim_host() -> None:
     sim_unavailable(reason)
 
 
-def _start_cluster(name: str, *, nodes: int, os_list: str, npus: int) -> Cluster:
-    """Bring up a cluster (removing a leftover of the same name first), or skip/fail with the reason."""
+def _start_cluster(name: str, *, nodes: int, os_list: str, npus: int, binds: Sequence[str] = ()) -> Cluster:
+    """Bring up a cluster (removing a leftover of the same name first), or skip/fail with the reason.
+
+    ``binds``: read-only mounts into every node (``SRC:DST``), e.g. ``provision.sim.engine.engine_binds()``.
+    """
     require_sim_host()
     _remove_clusters_of_dead_sessions()
     leftover = Cluster.load(name)
     if leftover is not None:
         leftover.down()
     try:
-        return Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus)
+        return Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, binds=binds)
     except EnvironmentProblem as exc:  # e.g. mmdebstrap missing to build the base
         reason = str(exc)
     sim_unavailable(reason)
@@ -117,6 +120,13 @@ def _interrupt_on_sigterm() -> None:
 
 
 @pytest.fixture(scope="session")
+def sim_host() -> None:
+    """Root, systemd-nspawn, iproute2, overlayfs on this machine, or skip/fail (for tests that need the host
+    ready before they start a cluster, e.g. to compute its bind mounts)."""
+    require_sim_host()
+
+
+@pytest.fixture(scope="session")
 def sim_cluster(request: pytest.FixtureRequest) -> Cluster:
     """A running 3-node cluster: openEuler 22.03, Ubuntu 22.04, openEuler 24.03, 8 simulated NPUs each.
 
@@ -142,8 +152,10 @@ def _tear_down_at_end(request: pytest.FixtureRequest, cluster: Cluster) -> None:
 def sim_cluster_module_factory(request: pytest.FixtureRequest) -> ClusterFactory:
     """Like ``sim_cluster_factory``, for clusters shared by the tests of one module."""
 
-    def start(name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS) -> Cluster:
-        cluster = _start_cluster(name, nodes=nodes, os_list=os_list, npus=npus)
+    def start(
+        name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS, binds: Sequence[str] = ()
+    ) -> Cluster:
+        cluster = _start_cluster(name, nodes=nodes, os_list=os_list, npus=npus, binds=binds)
         _tear_down_at_end(request, cluster)
         return cluster
 
@@ -158,8 +170,10 @@ def sim_cluster_factory(request: pytest.FixtureRequest) -> ClusterFactory:
     the session cluster's (``pytest-<pid>``); clusters get their own subnet, so they run next to it.
     """
 
-    def start(name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS) -> Cluster:
-        cluster = _start_cluster(name, nodes=nodes, os_list=os_list, npus=npus)
+    def start(
+        name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS, binds: Sequence[str] = ()
+    ) -> Cluster:
+        cluster = _start_cluster(name, nodes=nodes, os_list=os_list, npus=npus, binds=binds)
         _tear_down_at_end(request, cluster)
         return cluster
 
