@@ -53,6 +53,8 @@ def show_plan(result: RunResult, out: Console) -> None:
         out.line(f"{host}: {len(changes)} change(s)" if changes else f"{host}: no changes")
         for change in changes:
             out.line(f"  ~ {change.task}")
+            for line in change.detail.splitlines():
+                out.line(f"      {line}")
             for line in change.diff.splitlines():
                 out.line(f"      {line}")
 

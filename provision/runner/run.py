@@ -56,6 +56,8 @@ class Change:
     task: str
     action: str
     diff: str = ""
+    detail: str = ""
+    """What a change without a diff says it does (its ``msg``), e.g. check mode's "would install: ..."."""
 
 
 @dataclass(slots=True)
@@ -251,7 +253,10 @@ class _Collector:
         res: Mapping[str, Any] = data.get("res") or {}
         task = _task_name(data)
         if kind == "runner_on_ok" and host and res.get("changed"):
-            self.changes.append(Change(host, task, str(data.get("task_action", "")), render_diff(res)))
+            diff = render_diff(res)
+            message = res.get("msg")
+            detail = str(message) if isinstance(message, str) and not diff else ""
+            self.changes.append(Change(host, task, str(data.get("task_action", "")), diff, detail))
         elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
             self.failures.append(Failure(host, task, failure_message(res)))
         elif kind == "runner_on_unreachable" and host:

@@ -154,3 +154,32 @@ def test_endpoints_keep_the_last_gate_verdict_and_the_report_says_how_to_query()
         ' -H "Authorization: Bearer $VLLM_API_KEY" -d \'{"model": "smollm2"'
     ) in text
     assert "provision serve status /site/inventory.ini" in text
+
+
+def test_a_change_without_a_diff_keeps_its_message_and_plan_shows_it() -> None:
+    from provision.cli.console import Console
+    from provision.cli.plan import show_plan
+
+    collector = _Collector(None)
+    collector.handle(
+        ev(
+            "runner_on_ok",
+            "n1",
+            "Packages to install once the sources are in place",
+            "openeuler_repos",
+            task_action="ansible.builtin.debug",
+            res={"changed": True, "msg": "would install: dkms, gcc, pciutils"},
+        )
+    )
+    collector.handle(ev("playbook_on_stats", ok={"n1": 1}, changed={"n1": 1}))
+    (change,) = collector.changes
+    assert (change.diff, change.detail) == ("", "would install: dkms, gcc, pciutils")
+    result = RunResult("site", 0, "successful", Path("/tmp/r"), 1.0, True, hosts=collector.hosts)
+    result.changes = collector.changes
+    out = io.StringIO()
+    show_plan(result, Console.for_stream(out))
+    assert out.getvalue().splitlines() == [
+        "n1: 1 change(s)",
+        "  ~ openeuler_repos : Packages to install once the sources are in place",
+        "      would install: dkms, gcc, pciutils",
+    ]
