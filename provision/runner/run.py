@@ -8,6 +8,7 @@ failures with their messages, and the changes (with diffs) that plan shows.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import shlex
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from provision import paths
+from provision.errors import EnvironmentProblem
 
 Event = Mapping[str, Any]
 Observer = Callable[[Event], None]
@@ -125,6 +127,33 @@ def _search_path() -> str:
     return os.pathsep.join([here, os.environ.get("PATH", "")])
 
 
+def strategy_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Ansible settings for the strategy: Mitogen's ``mitogen_linear`` when it is installed, else Ansible's.
+
+    Mitogen keeps one Python interpreter per node for the whole run (no AnsiballZ upload and no fresh
+    interpreter per task): a no-op converge costs the nodes a fraction of the CPU. Its SSH connection keeps
+    host key checking on (``StrictHostKeyChecking yes`` against the inventory's known_hosts). Only
+    ``provision`` uses it; the roles run unchanged under plain ``ansible-playbook``.
+    ``PROVISION_STRATEGY=linear`` (or ``free``) asks for one of Ansible's own; a strategy the user already
+    set through ``ANSIBLE_STRATEGY`` is kept.
+    """
+    environ = os.environ if environ is None else environ
+    wanted = environ.get("PROVISION_STRATEGY", "").strip()
+    if "ANSIBLE_STRATEGY" in environ and not wanted:
+        return {}
+    if wanted and not wanted.startswith("mitogen"):
+        return {"ANSIBLE_STRATEGY": wanted}
+    spec = importlib.util.find_spec("ansible_mitogen")
+    if spec is None or spec.origin is None:
+        if wanted:
+            raise EnvironmentProblem(
+                f"PROVISION_STRATEGY={wanted} needs Mitogen, which is not installed: pip install mitogen"
+            )
+        return {}  # not installed: Ansible's linear strategy, same behaviour, slower
+    plugins = Path(spec.origin).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": wanted or "mitogen_linear"}
+
+
 def run_playbook(
     playbook: str,
     inventory: Path,
@@ -163,6 +192,7 @@ def run_playbook(
         "PATH": _search_path(),
         # ansible-runner turns host key checking off unless told; we keep Ansible's (and our cfg's) default.
         "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+        **strategy_settings(),
         **(env or {}),
     }
     started = time.monotonic()
