@@ -22,9 +22,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from provision.ascend import lock
-from provision.ascend.npu_smi import ParseError, parse_npu_smi_board
-from provision.ascend.versions import parse_cann_install_info, parse_install_log
+# provision.ascend is imported inside the filters that parse: Ansible loads every filter file in each worker
+# process that templates before the controller has, and this file should cost those workers nothing.
 
 DEFAULT_BASE = "/usr/local/Ascend"
 DKMS_TREE = "/var/lib/dkms/davinci_ascend"
@@ -40,6 +39,8 @@ REPOS_HINT = "run playbooks/repos.yml (role openeuler_repos) or install them fro
 
 def ascend_locked_version(key: str, stack: str | None = None) -> str:
     """``lock.stacks[stack][key]`` (the lock's default stack when ``stack`` is empty)."""
+    from provision.ascend import lock
+
     name = str(stack or lock.load_lock()["default"])
     if name not in lock.stack_names():
         raise ValueError(f"provision_stack {name!r} is not in the version lock; known: {lock.stack_names()}")
@@ -60,6 +61,8 @@ def ascend_stack_report(local: Mapping[str, Any] | None, stack: str | None = Non
         "cann": str(cann.get("toolkit") or ""),
         "nnal": str(cann.get("nnal") or ""),
     }
+    from provision.ascend import lock
+
     name = str(stack or lock.load_lock()["default"])
     locked = {key: ascend_locked_version(key, name) for key in running}
     differences = [
@@ -89,6 +92,8 @@ def ascend_npu_smi_board(text: str) -> dict[str, Any]:
         "firmware_version": None,
         "compatible": None,
     }
+    from provision.ascend.npu_smi import ParseError, parse_npu_smi_board
+
     try:
         board = parse_npu_smi_board(text or "")
     except ParseError as exc:
@@ -105,6 +110,8 @@ def ascend_npu_smi_board(text: str) -> dict[str, Any]:
 
 def ascend_cann_install_info(text: str) -> dict[str, Any]:
     """CANN ``ascend_toolkit_install.info`` → ``{version, package_name, arch, path}``."""
+    from provision.ascend.versions import parse_cann_install_info
+
     info = parse_cann_install_info(text)
     return {"version": info.version, "package_name": info.package_name, "arch": info.arch, "path": info.path}
 
@@ -160,6 +167,9 @@ def ascend_install_result(stdout: str, rc: int, component: str = "driver") -> di
     text = stdout or ""
     ok_rcs = FIRMWARE_OK_RCS if component == "firmware" else (0,)
     ok = int(rc) in ok_rcs
+    from provision.ascend.npu_smi import ParseError
+    from provision.ascend.versions import parse_install_log
+
     try:
         log = parse_install_log(text)
         errors = [e.message for e in log.errors]
