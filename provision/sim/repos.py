@@ -377,7 +377,14 @@ def ensure_mirror(
             try:
                 debs = download_debs(cache, target)
                 docker = download_docker_debs(cache, target, rootfs.ensure_base(cache, progress))
-                build_mirror(partial, target=target, debs=debs, docker_debs=docker, keyring=ensure_key(cache))
+                build_mirror(
+                    partial,
+                    target=target,
+                    debs=debs,
+                    docker_debs=docker,
+                    keyring=ensure_key(cache),
+                    rpm_cache=cache,
+                )
             except BaseException:
                 shutil.rmtree(partial, ignore_errors=True)
                 raise
@@ -564,14 +571,17 @@ def build_mirror(
     debs: Mapping[str, Path],
     keyring: Path,
     docker_debs: Mapping[str, Path] | None = None,
+    rpm_cache: Path | None = None,
 ) -> None:
-    """Write the whole mirror tree into ``dest`` (see the module docstring)."""
+    """Write the whole mirror tree into ``dest`` (module docstring); big rpms are kept in ``rpm_cache``."""
     dest.mkdir(parents=True)
     docker_debs = docker_debs or {}
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         work = Path(tmp)
         _gpg(keyring, "--armor", "--export", KEY_UID, output=work / "key.asc")
-        rpms = build_rpms(work / "rpm", target=target, debs={**debs, **docker_debs}, keyring=keyring)
+        rpms = build_rpms(
+            work / "rpm", target=target, debs={**debs, **docker_debs}, keyring=keyring, cache=rpm_cache
+        )
         _openeuler_tree(dest / "openeuler", target, rpms, work / "key.asc", _deb_versions(docker_debs))
         stand_ins = build_debs(work / "deb", target=target)
         real = [debs[name] for name in DEBIAN_PACKAGES if name != "busybox-static"]
@@ -607,17 +617,64 @@ def _verify_image(folder: Path, busybox_deb: Path, target: Target, work: Path) -
     (folder / "sha256sums.txt").write_text(f"{digest}  {image.name}\n")
 
 
-def build_rpms(work: Path, *, target: Target, debs: Mapping[str, Path], keyring: Path) -> dict[str, Path]:
-    """Every rpm of :func:`rpm_packages`, signed; rpm name -> file."""
+def build_rpms(
+    work: Path, *, target: Target, debs: Mapping[str, Path], keyring: Path, cache: Path | None = None
+) -> dict[str, Path]:
+    """Every rpm of :func:`rpm_packages`, signed; rpm name -> file.
+
+    The big ``docker-engine`` rpm (≈ 90 MB: repacking it is most of a mirror build) is kept in ``cache``
+    (``rpms-<arch>/<key>/``, keyed by its package spec and the debs it repacks), so a mirror rebuilt for
+    another reason (a changed simulator source) reuses it.
+    """
     out: dict[str, Path] = {}
     docker = {name: path for name, path in debs.items() if name not in DEBIAN_PACKAGES}
+    reused: dict[str, Path] = {}
     for name, package in rpm_packages(target.kernel, _deb_versions(docker)).items():
+        kept = _kept_rpm(cache, name, package, debs, target) if name == DOCKER_RPM else None
+        if kept is not None and kept.is_dir() and len(list(kept.glob("*.rpm"))) == 1:
+            reused[name] = next(kept.glob("*.rpm"))
+            continue
         tree = work / "trees" / name
         tree.mkdir(parents=True)
         for deb in package.debs:
             _extract_deb(debs[deb], tree)
         _write_tree(tree, package, name)
         out[name] = _rpmbuild(work, name, package, tree, target)
+        shutil.rmtree(tree)
+    _rpmsign(keyring, out.values())
+    for name, rpm in out.items():
+        kept = _kept_rpm(cache, name, rpm_packages(target.kernel, _deb_versions(docker))[name], debs, target)
+        if kept is not None and name == DOCKER_RPM:
+            partial = kept.with_name(kept.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            shutil.copy(rpm, partial / rpm.name)
+            shutil.rmtree(kept, ignore_errors=True)
+            partial.rename(kept)
+            for older in kept.parent.glob(f"{name}-*"):
+                if older != kept and not older.name.endswith(".partial"):
+                    shutil.rmtree(older, ignore_errors=True)
+    return {**out, **reused}
+
+
+def _kept_rpm(
+    cache: Path | None, name: str, package: Package, debs: Mapping[str, Path], target: Target
+) -> Path | None:
+    if cache is None:
+        return None
+    key = hashlib.sha256(
+        json.dumps(
+            [CONTENT_VERSION, target.__dict__, repr(package), sorted(debs[d].name for d in package.debs)],
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:12]
+    return cache / f"rpms-{target.deb_arch}" / f"{name}-{key}"
+
+
+def _rpmsign(keyring: Path, rpms: Iterable[Path]) -> None:
+    files = [str(p) for p in rpms]
+    if not files:
+        return
     _run(
         [
             "rpmsign",
@@ -628,10 +685,9 @@ def build_rpms(work: Path, *, target: Target, debs: Mapping[str, Path], keyring:
             "--define",
             f"__gpg {shutil.which('gpg') or 'gpg'}",
             "--addsign",
-            *(str(p) for p in out.values()),
+            *files,
         ]
     )
-    return out
 
 
 def _extract_deb(deb: Path, tree: Path) -> None:
