@@ -25,6 +25,9 @@ from provision.errors import EnvironmentProblem
 Event = Mapping[str, Any]
 Observer = Callable[[Event], None]
 
+# Seconds Mitogen may take to connect AND start its interpreter on a node (Ansible's `timeout`).
+MITOGEN_CONNECT_TIMEOUT = "60"
+
 # ansible-playbook exit codes that mean "bad input", not "a host failed".
 _BAD_INPUT_RC = {4, 5}
 
@@ -151,7 +154,13 @@ def strategy_settings(environ: Mapping[str, str] | None = None) -> dict[str, str
             )
         return {}  # not installed: Ansible's linear strategy, same behaviour, slower
     plugins = Path(spec.origin).parent / "plugins" / "strategy"
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": wanted or "mitogen_linear"}
+    settings = {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": wanted or "mitogen_linear"}
+    if "ANSIBLE_TIMEOUT" not in environ:
+        # Mitogen's connect timeout covers the whole bootstrap (ssh, then the node's Python starting and
+        # receiving Mitogen), not only the SSH handshake: Ansible's 10 s is too short for many nodes at once
+        # on a loaded controller.
+        settings["ANSIBLE_TIMEOUT"] = MITOGEN_CONNECT_TIMEOUT
+    return settings
 
 
 def run_playbook(

@@ -19,6 +19,8 @@ def test_mitogen_linear_when_mitogen_is_installed() -> None:
     settings = run.strategy_settings({})
     assert settings["ANSIBLE_STRATEGY"] == "mitogen_linear"
     assert (Path(settings["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    assert settings["ANSIBLE_TIMEOUT"] == run.MITOGEN_CONNECT_TIMEOUT
+    assert "ANSIBLE_TIMEOUT" not in run.strategy_settings({"ANSIBLE_TIMEOUT": "5"})
 
 
 def test_without_mitogen_ansible_keeps_its_own_strategy(monkeypatch: pytest.MonkeyPatch) -> None:
