@@ -168,6 +168,7 @@ def main() -> int:
             runs = Path(folder) / "runs"
             base = {
                 "npu_pools_list": [POOL],
+                "vllm_serve_mode": "service",  # the engine from its venv, as measured in docs/serving.md
                 "vllm_serve_venv": str(engine.engine_venv()),
                 "vllm_serve_profiles": {"smollm2-cpu": profile()},
             }

@@ -258,6 +258,9 @@ class HostSettings(BaseModel):
     container_runtime_verify_image_url: Url | Literal[""] | None = None
     container_runtime_default_runtime: StrictBool | None = None
     vllm_serve_profiles: dict[str, ServingProfile] = Field(default_factory=dict)
+    vllm_serve_mode: Literal["container", "service"] | None = None
+    vllm_serve_image_url: Url | Literal[""] | None = None
+    vllm_serve_container_devices: Literal["auto", "runtime", "device"] | None = None
 
 
 # Inventory variable -> the version-lock key it must agree with.

@@ -10,15 +10,26 @@ from pathlib import Path
 import yaml
 
 from provision.serving import engine
-from provision.sim import rootfs
+from provision.sim import rootfs, serve_image
 
 
 def engine_binds() -> list[str]:
     """``SRC:DST`` mounts for ``Cluster.up(binds=...)`` / ``provision sim up --bind-ro``.
 
     The engine cache and its interpreter's prefix (``engine_runtime_paths()``), plus host libraries that
-    vLLM's native extension links against and the nodes' base system lacks (libnuma).
+    vLLM's native extension links against and the nodes' base system lacks (libnuma), then the folder of
+    the serving image tarballs (:func:`provision.sim.serve_image.image_binds`, container mode).
     """
+    return [*_engine_only_binds(), *serve_image.image_binds()]
+
+
+def container_volumes() -> list[str]:
+    """Container mode: the engine's paths as the nodes see them, for ``vllm_serve_container_volumes``
+    (each mounted read-only into the serving containers: the image holds no engine)."""
+    return [bind.split(":")[1] for bind in _engine_only_binds()]
+
+
+def _engine_only_binds() -> list[str]:
     runtime = engine.engine_runtime_paths()
     binds = [f"{path}:{path}" for path in runtime]
     base = rootfs.ensure_base()
@@ -39,22 +50,43 @@ def engine_binds() -> list[str]:
 SERVE_POOL = {"name": "chat", "devices": [0], "port": 8000, "profile": "smollm2-cpu"}
 """The pool ``provision sim up --serve`` gives every node: one "NPU", the smollm2-cpu profile (TP 1)."""
 
+SERVE_MODE = "container"
+"""How ``provision sim up --serve`` serves: the role's default (the container_runtime stage of site.yml
+installs docker and the Ascend Docker Runtime first)."""
 
-def serving_group_vars() -> str:
-    """YAML for ``group_vars/npu_nodes.yml``: each node serves SmolLM2 from the cached engine."""
+
+def serving_group_vars(mode: str = SERVE_MODE) -> str:
+    """YAML for ``group_vars/npu_nodes.yml``: each node serves SmolLM2 from the cached engine.
+
+    ``container``: in a container of the image :mod:`provision.sim.serve_image` builds (written here when
+    missing), ``docker load``ed by the role from its ``file://`` URL, with the engine's paths as read-only
+    volumes. ``service``: from the engine's venv.
+    """
     from provision.serving.profiles import shipped_profiles
 
-    settings: dict[str, object] = {
-        "npu_pools_list": [SERVE_POOL],
-        "vllm_serve_venv": str(engine.engine_venv()),
-    }
+    settings: dict[str, object] = {"npu_pools_list": [SERVE_POOL], "vllm_serve_mode": mode}
+    if mode == "container":
+        image = serve_image.ensure_serve_image()
+        settings.update(
+            vllm_serve_image=image.tag,
+            vllm_serve_image_url=image.url,
+            vllm_serve_image_checksum=image.sha256,
+            vllm_serve_container_volumes=container_volumes(),
+        )
+    else:
+        settings["vllm_serve_venv"] = str(engine.engine_venv())
     shipped = shipped_profiles()["smollm2-cpu"]
     if Path(shipped.model) != engine.model_dir():  # an engine cache outside the default folder
         profile = shipped.model_dump(exclude_defaults=True)
         settings["vllm_serve_profiles"] = {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}
+    how = (
+        "in a container (image built from the nodes' base, engine mounted read-only)"
+        if mode == "container"
+        else "from the engine's venv"
+    )
     return (
         "# Written by `provision sim up --serve`: every node serves SmolLM2-135M with the real vLLM CPU\n"
-        f"# engine cached in {engine.engine_venv().parent} (mounted read-only into the nodes), from pool\n"
-        f"# {SERVE_POOL['name']!r}. On NPU servers a pool names an Ascend profile (provision/data/profiles)\n"
-        + yaml.safe_dump(settings, sort_keys=False, default_flow_style=None)
+        f"# engine cached in {engine.engine_venv().parent} (mounted read-only into the nodes), {how},\n"
+        f"# from pool {SERVE_POOL['name']!r}. On NPU servers a pool names an Ascend profile\n"
+        "# (provision/data/profiles)\n" + yaml.safe_dump(settings, sort_keys=False, default_flow_style=None)
     )

@@ -102,6 +102,8 @@ def provision(*args: str, runs: Path, timeout: float = APPLY_TIMEOUT_S) -> subpr
 def good_settings() -> dict[str, object]:
     settings: dict[str, object] = {
         "npu_pools_list": [POOL],
+        # Service mode: the engine from a venv (container mode, the default: test_serve_container.py).
+        "vllm_serve_mode": "service",
         "vllm_serve_venv": str(engine.engine_venv()),
         "vllm_serve_api_key": API_KEY,
         # A killed engine stays down (auto-restart) long enough for `serve status` to see it.

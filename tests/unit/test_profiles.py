@@ -267,6 +267,19 @@ VALIDATE_CASES: list[tuple[str, str, list[str]]] = [
         ["npu_pools_list[1].port = 8000", "already used by pool 'a'"],
     ),
     (
+        "container-mode-settings",
+        """\
+        vllm_serve_mode: docker
+        vllm_serve_container_devices: all
+        vllm_serve_image_url: ftp://mirror/vllm.tar
+        """,
+        [
+            "vllm_serve_mode = 'docker': allowed: 'container' or 'service'",
+            "vllm_serve_container_devices = 'all': allowed: 'auto', 'runtime' or 'device'",
+            "must be an http://, https:// or file:// URL",
+        ],
+    ),
+    (
         "unknown-role-variable",
         """\
         vllm_serve_load_budget: 60
@@ -444,3 +457,103 @@ def test_launcher_passes_arguments_verbatim(tmp_path: Path) -> None:
         check=False,
     )
     assert missing.returncode == 66 and "cannot read" in missing.stderr
+
+
+# --------------------------------------------------------------------------------------------- container mode
+
+from provision.errors import InputError  # noqa: E402
+from provision.serving import container  # noqa: E402
+
+POOL_23 = {"name": "chat", "devices": [2, 3], "port": 8001, "profile": "tp2"}
+TP2 = {"tp2": {"model": "/engine/models/m", "tensor_parallel_size": 2, "env": {"OMP_NUM_THREADS": 1}}}
+
+
+def _instance() -> dict[str, Any]:
+    [inst] = profiles.instances([POOL_23], TP2)
+    return inst.as_dict()
+
+
+def test_container_argv_with_the_ascend_runtime_names_only_the_pool_devices() -> None:
+    inst = _instance()
+    settings = container.ContainerSettings(image="vllm-ascend:t", volumes=["/engine", "/a:/b:ro"])
+    argv = container.run_argv(inst, settings)
+    assert argv[:6] == ["docker", "run", "--rm", "--name", "vllm-chat", "--pull=never"]
+    assert "--net=host" in argv and "--shm-size=1g" in argv
+    assert argv[argv.index("ASCEND_VISIBLE_DEVICES=2,3") - 1] == "-e"
+    assert "--device" not in argv and not any("privileged" in arg for arg in argv)
+    # the vLLM arguments follow the image, exactly as service mode runs them (one implementation)
+    assert argv[argv.index("vllm-ascend:t") + 1 :] == inst["args"]
+    env_names = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-e"]
+    assert env_names == ["ASCEND_VISIBLE_DEVICES=2,3", *sorted(inst["env"]), "VLLM_API_KEY"]
+    assert not any("=" in name for name in env_names[1:]), "values come from the unit's environment"
+    volumes = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-v"]
+    assert volumes == ["/engine:/engine:ro", "/a:/b:ro"], "the model under /engine is not mounted twice"
+
+
+def test_container_argv_without_the_runtime_passes_devices_and_driver_files_read_only() -> None:
+    inst = _instance()
+    settings = container.ContainerSettings(image="i:1", devices="device", driver_mounts=["/usr/local/dcmi"])
+    argv = container.run_argv(inst, settings, ["python3", "-m", "x"])
+    devices = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--device"]
+    assert devices == ["/dev/davinci2", "/dev/davinci3", *container.MANAGER_DEVICES]
+    assert not any(arg.startswith("ASCEND_VISIBLE_DEVICES") for arg in argv)
+    volumes = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-v"]
+    assert volumes == ["/usr/local/dcmi:/usr/local/dcmi:ro", f"{inst['model']}:{inst['model']}:ro"]
+    assert argv[argv.index("i:1") + 1 : argv.index("i:1") + 4] == ["python3", "-m", "x"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"extra_args": ["--privileged"]}, "never --privileged"),
+        ({"extra_args": ["--device=/dev/davinci7"]}, "come from the pool"),
+        ({"extra_args": ["--network", "bridge"]}, "--net=host"),
+        ({"volumes": ["/data:/data:rw"]}, "read-only"),
+        ({"volumes": ["relative"]}, "absolute"),
+        ({"devices": "all"}, "runtime, device"),
+        ({"image": "has space"}, "reference"),
+    ],
+)
+def test_container_settings_refuse(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        container.ContainerSettings(**{"image": "i:1", **settings})
+
+
+def test_filter_containerize_wraps_argv_and_args_file() -> None:
+    items = FILTERS.vllm_serve_instances([POOL_23], TP2, [])
+    [wrapped] = FILTERS.vllm_serve_containerize(items, {"image": "i:1", "devices": "runtime", "volumes": []})
+    mounts = ["/usr/local/dcmi", "/etc/ascend_install.info", "/usr/local/Ascend/driver/lib64"]
+    [one], [other] = (
+        FILTERS.vllm_serve_containerize(items, {"image": "i:1", "devices": "device", "driver_mounts": order})
+        for order in (mounts, mounts[::-1])
+    )
+    assert one["args_text"] == other["args_text"], "the order of the driver files changes no argument"
+    assert wrapped["container"] == "vllm-chat"
+    assert wrapped["argv"][:2] == ["docker", "run"]
+    assert wrapped["argv"][-len(items[0]["args"]) :] == items[0]["args"]
+    assert wrapped["args_text"] == "\n".join(wrapped["argv"]) + "\n"
+    assert FILTERS.vllm_serve_containerize(items, {}) == items, "service mode: unchanged"
+    # a headless worker's command stays between the image and the arguments
+    worker = {**items[0], "argv": ["python3", "-m", "w", *items[0]["args"]]}
+    [wrapped] = FILTERS.vllm_serve_containerize([worker], {"image": "i:1"})
+    assert wrapped["argv"][wrapped["argv"].index("i:1") + 1 : wrapped["argv"].index("i:1") + 4] == [
+        "python3",
+        "-m",
+        "w",
+    ]
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError, match="never --privileged"):
+        FILTERS.vllm_serve_containerize(items, {"image": "i:1", "extra_args": ["--privileged"]})
+
+
+def test_filter_container_paths_and_image_tag() -> None:
+    items = FILTERS.vllm_serve_instances([POOL_23], TP2, [])
+    devices = ["/dev/davinci2", "/dev/davinci3", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"]
+    assert FILTERS.vllm_serve_container_paths(items, devices_only=True) == devices
+    assert FILTERS.vllm_serve_container_paths(items) == [*devices, *container.DRIVER_MOUNTS]
+    assert FILTERS.vllm_serve_container_paths([]) == []
+    assert FILTERS.vllm_serve_image_tag("", "aarch64") == "0.23.0-cann9.1.0-openeuler24.03-arm64"
+    assert FILTERS.vllm_serve_image_tag("0.23.0", "x86_64", "ubuntu22.04", "a3") == (
+        "0.23.0-cann9.1.0-a3-ubuntu22.04-amd64"
+    )

@@ -8,7 +8,17 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from provision.ascend import lock
 from provision.errors import InputError
+from provision.image.spec import DEFAULT_OS, DEFAULT_SOC, Target
+from provision.serving.container import (
+    DRIVER_MOUNTS,
+    MANAGER_DEVICES,
+    NPU_DEVICE,
+    ContainerSettings,
+    container_name,
+    run_argv,
+)
 from provision.serving.profiles import args_file, env_file, instances
 
 HEADER = "# Managed by provision (vllm_serve role): changes here are overwritten.\n"
@@ -61,6 +71,61 @@ def vllm_serve_pending(
     return pending
 
 
+def vllm_serve_containerize(
+    instances: Sequence[Mapping[str, Any]], settings: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Container mode: each instance's ``argv`` wrapped in ``docker run`` (``provision.serving.container``),
+    its ``args_text`` rewritten, and ``container`` (``vllm-<pool>``) added. ``settings`` None or empty:
+    the instances unchanged (service mode)."""
+    if not settings:
+        return [dict(item) for item in instances]
+    try:
+        options = ContainerSettings(
+            image=str(settings.get("image") or ""),
+            devices=str(settings.get("devices") or "runtime"),
+            engine=str(settings.get("engine") or "docker"),
+            shm_size=str(settings.get("shm_size") or "1g"),
+            volumes=[str(v) for v in settings.get("volumes") or []],
+            # sorted: the list comes through set-like filters, and the args file must not change order
+            driver_mounts=sorted({str(v) for v in settings.get("driver_mounts") or []}),
+            extra_args=[str(v) for v in settings.get("extra_args") or []],
+        )
+        out = []
+        for item in instances:
+            wrapped = dict(item)
+            # argv is the in-container command + vLLM arguments; args the vLLM arguments alone.
+            command = list(item["argv"])[: len(item["argv"]) - len(item["args"])]
+            wrapped["argv"] = run_argv(item, options, command)
+            wrapped["args_text"] = args_file(wrapped["argv"])
+            wrapped["container"] = container_name(str(item["pool"]))
+            out.append(wrapped)
+    except (InputError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_serve: {exc}") from exc
+    return out
+
+
+def vllm_serve_container_paths(
+    instances: Sequence[Mapping[str, Any]], devices_only: bool = False
+) -> list[str]:
+    """Device mode: the device nodes the node's instances need (their ``/dev/davinciN`` and the manager
+    devices), then, unless ``devices_only``, the driver files a container gets when they exist."""
+    paths = sorted({NPU_DEVICE.format(int(d)) for item in instances for d in item["devices"]})
+    paths += list(MANAGER_DEVICES) if paths else []
+    return paths if devices_only or not paths else [*paths, *DRIVER_MOUNTS]
+
+
+def vllm_serve_image_tag(
+    stack: str | None, arch: str = "aarch64", os_variant: str = DEFAULT_OS, soc: str = DEFAULT_SOC
+) -> str:
+    """The serving image's tag for a stack of the version lock (the lock's default when empty), as
+    ``provision image build`` tags it: ``0.23.0-cann9.1.0-openeuler24.03-arm64``."""
+    try:
+        name = str(stack or lock.load_lock()["default"])
+        return Target(name, os_variant=os_variant, soc=soc, arch=arch).tag
+    except (InputError, ValueError) as exc:
+        raise AnsibleFilterError(f"vllm_serve: {exc}") from exc
+
+
 def vllm_serve_env_file(env: Mapping[str, Any]) -> str:
     """A systemd EnvironmentFile body (values quoted and escaped)."""
     try:
@@ -85,6 +150,9 @@ class FilterModule:
         return {
             "vllm_serve_instances": vllm_serve_instances,
             "vllm_serve_pending": vllm_serve_pending,
+            "vllm_serve_containerize": vllm_serve_containerize,
+            "vllm_serve_image_tag": vllm_serve_image_tag,
+            "vllm_serve_container_paths": vllm_serve_container_paths,
             "vllm_serve_env_file": vllm_serve_env_file,
             "vllm_serve_args_value": vllm_serve_args_value,
         }

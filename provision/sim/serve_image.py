@@ -1,0 +1,162 @@
+"""The serving image of the simulated cluster: container-mode vLLM on the nodes' real docker.
+
+No registry is reachable and the real vllm-ascend image needs NPUs, so the tests and ``make demo`` serve
+with an image built here, in the format ``docker save`` writes (:mod:`provision.sim.images`), from:
+
+- ONE layer: the cached base rootfs tar of :mod:`provision.sim.rootfs` (Debian, the nodes' own base,
+  ≈ 370 MB), taken as it is;
+- a small layer with our image's entrypoint (``container/entrypoint.sh`` and ``ascend-env.sh``, as the
+  ``Dockerfile`` installs them in ``/opt/provision``), with ``VLLM_PYTHON`` set to the cached engine's
+  Python.
+
+The engine itself (its venv, interpreter and model, ≈ 3.5 GB) is NOT in the image: the nodes already see it
+at its host paths (:func:`provision.sim.engine.engine_binds`) and the containers get the same folders through
+read-only volumes (``vllm_serve_container_volumes``). So ``docker run IMAGE --model ... --port 8000`` on a
+node runs ``$VLLM_PYTHON -m vllm.entrypoints.openai.api_server --model ...``, like the production image.
+
+The tarballs are cached in ``<sim cache>/serve-images/`` (``$PROVISION_SIM_CACHE``, default
+``/var/cache/provision-sim``) and reach the nodes as a read-only bind mount at the same path
+(:func:`image_binds`), where the role ``docker load``s them from a ``file://`` URL
+(``vllm_serve_image_url``), the way an air-gapped site loads them from its mirror.
+
+:func:`broken_image` writes a small image whose entrypoint is missing, for rolling-upgrade drills.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision.errors import ProvisionError
+from provision.image.context import default_context_dir
+from provision.serving import engine
+from provision.sim import images, rootfs
+from provision.sim.system import locked
+
+__all__ = [
+    "BROKEN_TAG",
+    "IMAGE_TAG",
+    "ServeImage",
+    "broken_image",
+    "ensure_serve_image",
+    "image_binds",
+    "images_dir",
+]
+
+IMAGE_REPOSITORY = "provision-sim/vllm-cpu"
+IMAGE_TAG = f"{IMAGE_REPOSITORY}:{engine.SPEC['vllm'].split('==')[-1]}"
+"""The serving image's tag: the vLLM CPU engine's version (``provision-sim/vllm-cpu:0.32.0``)."""
+BROKEN_TAG = f"{IMAGE_REPOSITORY}:broken"
+ENTRYPOINT_DIR = "/opt/provision"
+ENTRYPOINT_FILES = ("entrypoint.sh", "ascend-env.sh")
+CONTENT_VERSION = 1
+"""Bump when what :func:`ensure_serve_image` writes changes."""
+
+
+@dataclass(frozen=True)
+class ServeImage:
+    """A ``docker save`` tarball: path, tag, sha256, size, and how long writing it took (0: cached)."""
+
+    path: Path
+    tag: str
+    sha256: str
+    size: int
+    seconds: float
+
+    @property
+    def url(self) -> str:
+        return f"file://{self.path}"
+
+
+def images_dir() -> Path:
+    return rootfs.cache_dir() / "serve-images"
+
+
+def image_binds() -> list[str]:
+    """``SRC:DST`` read-only mounts that show the image tarballs to the nodes at the same path."""
+    folder = images_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return [f"{folder}:{folder}"]
+
+
+def base_tarball() -> Path:
+    """The cached ``mmdebstrap`` tar of the nodes' base (built first when missing)."""
+    rootfs.ensure_base()
+    found = sorted(rootfs.cache_dir().glob(f"debian-{rootfs.SUITE}-*.tar"))
+    if len(found) != 1:
+        raise ProvisionError(f"expected one base rootfs tar in {rootfs.cache_dir()}, found {len(found)}")
+    return found[0]
+
+
+def _entrypoint_layer() -> images.Layer:
+    source = default_context_dir() / "container"
+    entries = [
+        images.Entry(f"{ENTRYPOINT_DIR}/{name}", data=(source / name).read_bytes(), mode=0o755)
+        for name in ENTRYPOINT_FILES
+    ]
+    return images.Layer.from_entries(entries)
+
+
+def _config() -> images.ImageConfig:
+    return images.ImageConfig(
+        env={
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "VLLM_PYTHON": str(engine.engine_python()),
+            "PROVISION_RUN_DIR": "/tmp/provision",
+        },
+        entrypoint=[f"{ENTRYPOINT_DIR}/entrypoint.sh"],
+        labels={
+            "org.opencontainers.image.title": "vllm-cpu (provision simulated cluster)",
+            "provision.engine": engine.SPEC["vllm"],
+        },
+    )
+
+
+def ensure_serve_image(*, force: bool = False) -> ServeImage:
+    """The serving image's tarball, written once per base rootfs, entrypoint and engine path."""
+    base = base_tarball()
+    entry = _entrypoint_layer()
+    config = _config()
+    key = hashlib.sha256(
+        json.dumps(
+            [CONTENT_VERSION, base.name, base.stat().st_size, entry.diff_id, repr(config), IMAGE_TAG]
+        ).encode()
+    ).hexdigest()[:12]
+    folder = images_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / f"vllm-cpu-{key}.tar"
+    with locked(folder / ".lock"):
+        started = time.monotonic()
+        seconds = 0.0
+        if force or not dest.is_file():
+            images.save_image(dest, IMAGE_TAG, [images.Layer(base.read_bytes()), entry], config)
+            seconds = time.monotonic() - started
+            for stale in folder.glob("vllm-cpu-*.tar"):
+                if stale != dest:
+                    stale.unlink(missing_ok=True)
+        return ServeImage(dest, IMAGE_TAG, _sha256(dest), dest.stat().st_size, seconds)
+
+
+def broken_image(tag: str = BROKEN_TAG) -> ServeImage:
+    """A small image whose entrypoint does not exist: ``docker run`` fails at once (the container cannot
+    start), as a bad image pushed by mistake would."""
+    folder = images_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / "vllm-cpu-broken.tar"
+    started = time.monotonic()
+    layer = images.Layer.from_entries([images.Entry("/etc/provision-broken-image", data=b"no engine here\n")])
+    config = images.ImageConfig(entrypoint=[f"{ENTRYPOINT_DIR}/entrypoint.sh"])
+    with locked(folder / ".lock"):
+        images.save_image(dest, tag, [layer], config)
+    return ServeImage(dest, tag, _sha256(dest), dest.stat().st_size, time.monotonic() - started)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,314 @@
+"""vllm_serve in container mode on a 2-node simulated cluster: the REAL vLLM CPU engine in docker containers.
+
+The nodes run a real dockerd with the (simulated) Ascend Docker Runtime, installed by the container_runtime
+role from the cluster's mirror after the repos and driver stages (the driver creates /dev/davinciN). The
+serving image is built here from the nodes' base rootfs (``provision.sim.serve_image``) and ``docker
+load``ed by the role from a ``file://`` URL; the engine's venv and model reach the containers through
+read-only volumes (they are bind-mounted into the nodes at their host paths). node1 gives its container the
+pool's NPU through the Ascend runtime (``ASCEND_VISIBLE_DEVICES``), node2 with ``--device`` (host_vars
+``vllm_serve_container_devices: device``). One cluster for the module; the tests run in file order:
+
+1. ``plan -p serve`` (nothing written), ``apply -p serve``: both ready, a completion from each; the containers
+   are not privileged, see only the pool's /dev/davinci3 (+ the manager devices), mount read-only; a second
+   apply changes nothing (no image reload); ``serve status INVENTORY`` 2/2 ready.
+2. ``apply -p upgrade`` to a broken image: node1 fails its gate and comes back on the previous image, ready;
+   the rollout stops; node2 answers every request sent during it and never saw the broken image.
+3. The engine killed in node2's container (``docker kill``): ``serve status`` says failed, with the journal.
+
+Costs: repos + driver + container_runtime stages (≈ 4 min on 2 loaded cores), two engines (~3.6 GB each).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_serve import API_KEY, Traffic, _sim_unavailable, complete, provision
+
+from provision.errors import EnvironmentProblem
+from provision.serving import engine
+from provision.serving.profiles import shipped_profiles
+from provision.sim.cluster import Cluster, state_root
+from provision.sim.engine import container_volumes, engine_binds
+from provision.sim.serve_image import BROKEN_TAG, ServeImage, broken_image, ensure_serve_image
+from provision.sim.system import require_host
+
+pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
+
+CLUSTER_PREFIX = "servec-"
+POOL = {"name": "smol", "devices": [3], "port": 8000, "profile": "smollm2-cpu"}
+CONTAINER = "vllm-smol"
+UNIT = "vllm-smol.service"
+STAGES = ("repos", "driver", "container_runtime")
+MANAGERS = ["davinci_manager", "devmm_svm", "hisi_hdc"]
+
+
+def _remove_leftovers() -> None:
+    """Clusters of this module left by dead pytest processes (``servec-<pid>``)."""
+    root = state_root()
+    for folder in sorted(root.glob(f"{CLUSTER_PREFIX}*")) if root.is_dir() else []:
+        pid = folder.name.removeprefix(CLUSTER_PREFIX)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            stale = Cluster.load(folder.name)
+            if stale is not None:
+                stale.down()
+
+
+@dataclass
+class Served:
+    cluster: Cluster
+    inventory: Path
+    runs: Path
+    image: ServeImage
+    broken: ServeImage
+    timings: dict[str, float] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    unit_after_plan: bool = False
+    first_apply: dict[str, Any] = field(default_factory=dict)
+
+    def url(self, node: str) -> str:
+        return f"http://{self.cluster.node(node).ip}:{POOL['port']}"
+
+    def group_vars(self) -> Path:
+        return self.inventory.parent / "group_vars" / "all.yml"
+
+    def sh(self, node: str, *argv: str) -> str:
+        done = self.cluster.exec(node, list(argv), timeout=120)
+        assert done.returncode == 0, f"{node}: {' '.join(argv)}: {done.stdout}{done.stderr}"
+        return done.stdout
+
+
+def settings(image: ServeImage) -> dict[str, object]:
+    values: dict[str, object] = {
+        "npu_pools_list": [POOL],
+        "vllm_serve_mode": "container",
+        "vllm_serve_image": image.tag,
+        "vllm_serve_image_url": image.url,
+        "vllm_serve_image_checksum": image.sha256,
+        # the engine's venv, interpreter and libnuma, at the paths the nodes see them (read-only)
+        "vllm_serve_container_volumes": container_volumes(),
+        "vllm_serve_api_key": API_KEY,
+        # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
+        "vllm_serve_restart_sec": 60,
+    }
+    shipped = shipped_profiles()["smollm2-cpu"]
+    if Path(shipped.model) != engine.model_dir():  # a cache outside the default folder
+        profile = shipped.model_dump(exclude_defaults=True)
+        values["vllm_serve_profiles"] = {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}
+    return values
+
+
+def _summary(done: Any, what: str) -> dict[str, Any]:
+    assert done.returncode == 0, f"{what}: rc {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    engine.prepare()  # cached: instant after the first time (~3 min)
+    try:
+        require_host()
+    except EnvironmentProblem as exc:
+        _sim_unavailable(str(exc))
+    _remove_leftovers()
+    started = time.monotonic()
+    image, broken = ensure_serve_image(), broken_image()
+    build_s = time.monotonic() - started
+    name = f"{CLUSTER_PREFIX}{os.getpid()}"
+    leftover = Cluster.load(name)
+    if leftover is not None:
+        leftover.down()
+    cluster = Cluster.up(name, nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds())
+    atexit.register(cluster.down)
+    try:
+        folder = tmp_path_factory.mktemp("servec")
+        inventory = folder / "inventory.ini"
+        inventory.write_text(cluster.inventory_path.read_text())
+        (folder / "group_vars").mkdir()
+        (folder / "host_vars").mkdir()
+        mirror_vars = cluster.group_vars_path.read_text()
+        (folder / "group_vars" / "npu_nodes.yml").write_text(mirror_vars)
+        state = Served(cluster, inventory, folder / "runs", image, broken, timings={"image build": build_s})
+        state.group_vars().write_text(yaml.safe_dump(settings(image)))
+        node2_vars = {"vllm_serve_container_devices": "device"}
+        (folder / "host_vars" / "node2.yml").write_text(yaml.safe_dump(node2_vars))
+        for stage in STAGES:
+            begun = time.monotonic()
+            done = provision("apply", str(inventory), "-p", stage, "--json", runs=state.runs, timeout=900)
+            _summary(done, stage)
+            state.timings[stage] = time.monotonic() - begun
+        planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
+        state.plan = _summary(planned, "plan")
+        unit = cluster.exec("node1", ["test", "-e", f"/etc/systemd/system/{UNIT}"])
+        state.unit_after_plan = unit.returncode == 0
+        begun = time.monotonic()
+        done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
+        state.timings["first apply"] = time.monotonic() - begun
+        state.first_apply = _summary(done, "apply -p serve" + _journal(cluster))
+        yield state
+    finally:
+        atexit.unregister(cluster.down)
+        cluster.down()
+
+
+def _journal(cluster: Cluster, lines: int = 40) -> str:
+    out = []
+    for node in cluster.nodes:
+        done = cluster.exec(node.name, ["journalctl", "-u", UNIT, "-n", str(lines), "--no-pager"])
+        out.append(f"\n--- {node.name}: journal of {UNIT} ---\n{done.stdout}{done.stderr}")
+    return "".join(out)
+
+
+def inspect(served: Served, node: str) -> dict[str, Any]:
+    data: list[dict[str, Any]] = json.loads(served.sh(node, "docker", "inspect", CONTAINER))
+    return data[0]
+
+
+def start_to_ready_s(served: Served, node: str) -> float | None:
+    """Seconds from the unit's first start to the engine's "Application startup complete" (journal)."""
+    text = served.sh(node, "journalctl", "-u", UNIT, "--no-pager", "-o", "short-unix")
+    started = ready = None
+    for line in text.splitlines():
+        stamp = line.split(" ", 1)[0]
+        if started is None and "Started vllm-smol.service" in line:
+            started = float(stamp)
+        elif started is not None and "Application startup complete" in line:
+            ready = float(stamp)
+            break
+    return None if started is None or ready is None else ready - started
+
+
+def task_seconds(run_dir: str, task: str) -> dict[str, float]:
+    """Per host, how long ``task`` took in a run (ansible-runner's job events)."""
+    out = {}
+    for path in Path(run_dir).glob("artifacts/*/job_events/*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == task and "duration" in data:
+            out[str(data["host"])] = float(data["duration"])
+    return out
+
+
+def status(served: Served) -> Any:
+    return provision("serve", "status", str(served.inventory), runs=served.runs, timeout=120)
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+
+def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Served) -> None:
+    planned = {change["task"] for change in served.plan["changes"]}
+    assert {"vllm_serve : Would bring " + served.image.tag, "vllm_serve : Write the systemd units"} <= planned
+    assert not served.unit_after_plan, "the dry run wrote nothing"
+
+    hosts = served.first_apply["hosts"]
+    assert sorted(hosts) == ["node1", "node2"]
+    assert all(stats["changed"] > 0 and stats["failed"] == 0 for stats in hosts.values())
+    loaded = [c["host"] for c in served.first_apply["changes"] if c["task"] == "vllm_serve : Load the image"]
+    assert sorted(loaded) == ["node1", "node2"]
+    for node in ("node1", "node2"):
+        assert complete(served.url(node)).strip(), f"{node} answered an empty completion"
+        assert served.sh(node, "systemctl", "is-enabled", UNIT).strip() == "enabled", "survives a reboot"
+        args = served.sh(node, "cat", "/etc/provision/serve/smol/args").splitlines()
+        assert args[:5] == ["docker", "run", "--rm", "--name", CONTAINER]
+        assert args[args.index(served.image.tag) + 1 :][:2] == ["--model", str(engine.model_dir())]
+        assert API_KEY not in served.sh(node, "ps", "-eo", "args") and API_KEY not in "\n".join(args)
+
+        info = inspect(served, node)
+        assert info["Config"]["Image"] == served.image.tag and info["State"]["Running"] is True
+        assert info["HostConfig"]["Privileged"] is False
+        assert info["HostConfig"]["NetworkMode"] == "host"
+        assert info["Mounts"] and all(mount["RW"] is False for mount in info["Mounts"]), info["Mounts"]
+        assert f"VLLM_API_KEY={API_KEY}" in info["Config"]["Env"], "the key reached the engine by name"
+        dev = served.sh(node, "docker", "exec", CONTAINER, "ls", "/dev").split()
+        assert sorted(d for d in dev if d.startswith(("davinci", "devmm", "hisi"))) == ["davinci3", *MANAGERS]
+
+    node1, node2 = inspect(served, "node1"), inspect(served, "node2")
+    assert "ASCEND_VISIBLE_DEVICES=3" in node1["Config"]["Env"] and not node1["HostConfig"]["Devices"]
+    assert [d["PathOnHost"] for d in node2["HostConfig"]["Devices"]] == ["/dev/davinci3"] + [
+        f"/dev/{name}" for name in MANAGERS
+    ]
+
+    shown = status(served)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.splitlines()[-1] == "2/2 ready on 2 host(s)"
+
+    again = provision("apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs)
+    summary = _summary(again, "second apply")
+    assert {host: stats["changed"] for host, stats in summary["hosts"].items()} == {"node1": 0, "node2": 0}
+    served.timings["second apply"] = summary["seconds"]
+    loads = task_seconds(str(served.first_apply["run_dir"]), "Load the image")
+    served.timings.update({f"{node} docker load": took for node, took in sorted(loads.items())})
+    for node in ("node1", "node2"):
+        took = start_to_ready_s(served, node)
+        if took is not None:
+            served.timings[f"{node} container start -> ready"] = took
+    print("\n" + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in served.timings.items()))
+    print(f"image {served.image.path.name}: {served.image.size / 2**20:.0f} MiB")
+
+
+def test_rolling_upgrade_to_a_broken_image_rolls_back_while_node2_answers(served: Served) -> None:
+    good = served.group_vars().read_text()
+    broken = yaml.safe_load(good)
+    broken["vllm_serve_image"] = BROKEN_TAG
+    broken["vllm_serve_image_url"] = served.broken.url
+    broken["vllm_serve_image_checksum"] = served.broken.sha256
+    node1, node2 = served.url("node1"), served.url("node2")
+    before = {node: served.sh(node, "cat", "/etc/provision/serve/smol/args") for node in ("node1", "node2")}
+    served.group_vars().write_text(yaml.safe_dump(broken))
+    try:
+        with Traffic([node1, node2]) as traffic:
+            started = time.monotonic()
+            done = provision("apply", str(served.inventory), "-p", "upgrade", runs=served.runs)
+            took = time.monotonic() - started
+    finally:
+        served.group_vars().write_text(good)
+
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "FAILED node1: vllm_serve : Fail the host, naming both verdicts" in out
+    assert f"{UNIT} on node1 failed its health gate with the new configuration" in out
+    assert "was rolled back to the previous one, which is ready again" in out
+    assert "/opt/provision/entrypoint.sh" in out, "the journal tail names the cause"
+    assert "node2" not in re.findall(r"FAILED (\S+):", out), "the rollout stopped before node2"
+
+    to_node2 = traffic.of(node2)
+    assert not traffic.capped, "requests ran during the whole upgrade"
+    assert len(to_node2) >= 5, traffic.results
+    assert all(ok for _, ok, _ in to_node2), [r for r in to_node2 if not r[1]]
+    assert served.sh("node2", "cat", "/etc/provision/serve/smol/args") == before["node2"]
+    absent = served.cluster.exec("node2", ["docker", "image", "inspect", BROKEN_TAG])
+    assert absent.returncode != 0, "node2 was never touched"
+
+    assert complete(node1).strip(), "node1 serves again on the previous image"
+    assert served.sh("node1", "cat", "/etc/provision/serve/smol/args") == before["node1"]
+    assert inspect(served, "node1")["Config"]["Image"] == served.image.tag
+    failed_on_node1 = sum(not ok for _, ok, _ in traffic.of(node1))
+    print(
+        f"\nupgrade to a broken image + rollback {took:.1f} s; requests: node2 {len(to_node2)} all answered, "
+        f"node1 {len(traffic.of(node1))} ({failed_on_node1} failed while it restarted)"
+    )
+
+
+def test_engine_killed_in_its_container_reads_failed_with_the_journal(served: Served) -> None:
+    served.sh("node2", "docker", "kill", "--signal", "KILL", CONTAINER)
+    shown = status(served)
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    node1 = next(line for line in lines if line.startswith("node1 "))
+    node2 = next(line for line in lines if line.startswith("node2 "))
+    assert node1.split()[:4] == ["node1", "smol", served.url("node1"), "ready"]
+    assert node2.split()[:4] == ["node2", "smol", served.url("node2"), "failed"]
+    assert "the engine process is not running" in node2 and f"{UNIT}: activating/auto-restart" in node2
+    assert any("Main process exited, code=exited, status=137" in line for line in lines if "| " in line)
+    assert lines[-1] == "1/2 ready on 2 host(s)"
