@@ -551,7 +551,11 @@ def test_node_cann_environment_and_version(site: Site) -> None:
 def test_node_local_facts_record_the_locked_stack(site: Site) -> None:
     site.converged()
     for name in site.names:
-        assert site.sh(name, "ls /etc/ansible/facts.d").split() == ["ascend.fact", "cann.fact"]
+        assert site.sh(name, "ls /etc/ansible/facts.d").split() == [
+            "ascend.fact",
+            "cann.fact",
+            "container_runtime.fact",
+        ]
         ascend = node_json(site.cluster, name, "/etc/ansible/facts.d/ascend.fact")
         assert (ascend["driver"]["version"], ascend["firmware"]["version"]) == (DRIVER, FIRMWARE)
         assert (ascend["user"], ascend["group"]) == ("HwHiAiUser", "HwHiAiUser")
@@ -596,6 +600,43 @@ def test_stack_report_matches_the_lock(site: Site) -> None:
 # Tests of the container_runtime role's result on the converged nodes belong here, named
 # test_container_runtime_*: they take ``site`` (``site.converged()``, ``site.sh(node, script)``,
 # ``site.names``) and read daemon.json with ``node_json(site.cluster, node, "/etc/docker/daemon.json")``.
+
+CONTAINER_RUNTIME = "/usr/local/Ascend/Ascend-Docker-Runtime/ascend-docker-runtime"
+CONTAINER_VERIFY = "container_runtime : Check each container saw exactly its pool's NPUs"
+
+
+def test_container_runtime_daemon_json_engine_and_each_pools_devices(site: Site) -> None:
+    first, again = site.converged()
+    image = yaml.safe_load(site.cluster.group_vars_path.read_text())["container_runtime_verify_image"]
+    verified = first.results(CONTAINER_VERIFY)
+    for name in site.names:
+        daemon = node_json(site.cluster, name, "/etc/docker/daemon.json")
+        assert daemon == {
+            "runtimes": {"ascend": {"path": CONTAINER_RUNTIME, "runtimeArgs": []}},
+            "default-runtime": "ascend",
+        }, name
+        assert site.sh(name, "systemctl is-active docker; systemctl is-enabled docker").split() == [
+            "active",
+            "enabled",
+        ], name
+        fact = node_json(site.cluster, name, "/etc/ansible/facts.d/container_runtime.fact")
+        assert fact["ascend_docker_runtime"] == str(LOCK["docker_runtime"]), name
+        # the role's own check ran in the first apply (one container per pool) and not in the no-op one
+        pools = NODE1_POOLS if name == "node1" else POOLS
+        messages = [item.get("msg") for item in verified[name].get("results", [])]
+        assert messages == [
+            f"{name}: pool {pool['name']}: container sees exactly "
+            + ", ".join(f"/dev/davinci{d}" for d in pool["devices"])
+            for pool in pools
+        ], (name, messages)
+        assert name not in again.results(CONTAINER_VERIFY), name
+        for pool in pools:
+            devices = ",".join(str(d) for d in pool["devices"])
+            listing = site.sh(
+                name, f"docker run --rm --network none -e ASCEND_VISIBLE_DEVICES={devices} {image} ls /dev"
+            )
+            seen = sorted(n for n in listing.split() if n.startswith("davinci") and n[7:].isdigit())
+            assert seen == sorted(f"davinci{d}" for d in pool["devices"]), (name, pool, seen)
 
 
 # -- drills: three faulty nodes and a healthy one, plain ansible-playbook ------------------------------------
