@@ -12,7 +12,8 @@ implementation shared with service mode) and the role's container settings:
   devices and the driver files; otherwise (``devices="device"``) ``--device /dev/davinciN`` per pool NPU,
   ``/dev/davinci_manager``, ``/dev/devmm_svm``, ``/dev/hisi_hdc`` and the driver files read-only
   (FACTS.md §4). Never ``--privileged``;
-- ``--net=host`` (the pool's port on the node's addresses), ``--shm-size``;
+- ``--net=host`` (the pool's port on the node's addresses), ``--shm-size``, ``--group-add <gid of the node's
+  HwHiAiUser>`` (the image runs as a non-root user; the NPU device nodes belong to that group);
 - the instance's environment passed BY NAME (``-e NAME``): docker copies the value from its own
   environment, which the unit fills from the pool file, the ``env`` file and the root-only ``secret.env``.
   So the API key (``VLLM_API_KEY``) is in no command line and no args file;
@@ -71,6 +72,7 @@ class ContainerSettings:
     volumes: Sequence[str] = ()
     driver_mounts: Sequence[str] = DRIVER_MOUNTS
     extra_args: Sequence[str] = ()
+    group_add: Sequence[str] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -131,6 +133,8 @@ def run_argv(
     devices = [int(device) for device in instance["devices"]]
     argv = [settings.engine, "run", "--rm", "--name", container_name(pool), "--pull=never"]
     argv += ["--net=host", f"--shm-size={settings.shm_size}"]
+    for group in settings.group_add:  # the image's non-root user reaches the devices through HwHiAiUser
+        argv += ["--group-add", str(group)]
     labels = {"provision.pool": pool, "provision.profile": str(instance["profile"]), **settings.labels}
     for key, value in sorted(labels.items()):
         argv += ["--label", f"{key}={value}"]

@@ -228,6 +228,8 @@ def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Serve
         assert info["Config"]["Image"] == served.image.tag and info["State"]["Running"] is True
         assert info["HostConfig"]["Privileged"] is False
         assert info["HostConfig"]["NetworkMode"] == "host"
+        gid = served.sh(node, "getent", "group", "HwHiAiUser").split(":")[2]
+        assert info["HostConfig"]["GroupAdd"] == [gid], "the image's user reaches the NPUs through HwHiAiUser"
         assert info["Mounts"] and all(mount["RW"] is False for mount in info["Mounts"]), info["Mounts"]
         assert f"VLLM_API_KEY={API_KEY}" in info["Config"]["Env"], "the key reached the engine by name"
         dev = served.sh(node, "docker", "exec", CONTAINER, "ls", "/dev").split()

@@ -475,8 +475,11 @@ def _instance() -> dict[str, Any]:
 
 def test_container_argv_with_the_ascend_runtime_names_only_the_pool_devices() -> None:
     inst = _instance()
-    settings = container.ContainerSettings(image="vllm-ascend:t", volumes=["/engine", "/a:/b:ro"])
+    settings = container.ContainerSettings(
+        image="vllm-ascend:t", volumes=["/engine", "/a:/b:ro"], group_add=["1000"]
+    )
     argv = container.run_argv(inst, settings)
+    assert argv[argv.index("--group-add") + 1] == "1000"
     assert argv[:6] == ["docker", "run", "--rm", "--name", "vllm-chat", "--pull=never"]
     assert "--net=host" in argv and "--shm-size=1g" in argv
     assert argv[argv.index("ASCEND_VISIBLE_DEVICES=2,3") - 1] == "-e"

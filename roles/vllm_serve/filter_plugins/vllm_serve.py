@@ -132,6 +132,7 @@ def vllm_serve_containerize(
             # sorted: the list comes through set-like filters, and the args file must not change order
             driver_mounts=sorted({str(v) for v in settings.get("driver_mounts") or []}),
             extra_args=[str(v) for v in settings.get("extra_args") or []],
+            group_add=[str(v) for v in settings.get("group_add") or []],
         )
         out = []
         for item in instances:
