@@ -6,12 +6,15 @@ Usage (root, as for `provision sim`):  .venv/bin/python benchmarks/converge.py [
 Brings up a cluster named `bench`, converges it once, then times no-op runs (nothing left to change) of
 the same playbooks and roles:
   provision  `provision apply INVENTORY --limit ...` (our ansible.cfg: pipelining, ControlPersist 300 s,
-             forks 50, small fact subsets per play)
+             forks 50, small fact subsets per play; Mitogen's mitogen_linear strategy when mitogen is
+             installed, as it is with provision's dependencies: one Python per node for the whole run)
   stock      `ansible-playbook -i INVENTORY playbooks/site.yml --limit ...` with Ansible's defaults where
-             provision changes them: no pipelining, forks 5, ControlPersist 60 s (the plugin paths stay,
-             the roles need them)
+             provision changes them: linear strategy, no pipelining, forks 5, ControlPersist 60 s (the
+             plugin paths stay, the roles need them)
 Runs alternate (provision, stock, provision, ...) so machine load affects both alike; SSH masters are
-closed before every run (cold start, like a fresh CLI invocation). Prints medians and ratios.
+closed before every run (cold start, like a fresh CLI invocation). Prints medians, ratios and the load
+average (1 min) around each run: the machine may be shared, and 10-node runs measure total CPU.
+`--playbook NAME` times another playbook of playbooks/ (e.g. `driver`) instead of site.yml.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--name", default="bench")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    parser.add_argument("--playbook", default="site", help="playbook of playbooks/ to time (default site)")
     args = parser.parse_args()
 
     provision = [str(BIN / "provision")]
@@ -90,26 +94,33 @@ def main() -> None:
     inventory = cluster_dir / "inventory.ini"
     try:
         print("converging once (not timed) ...", flush=True)
-        run([*provision, "apply", str(inventory)], env)
+        run([*provision, "apply", str(inventory), "-p", args.playbook], env)
         with tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False) as cfg:
             cfg.write(STOCK_CFG.format(root=ROOT))
         stock_env = {**env, "ANSIBLE_CONFIG": cfg.name}
-        stock = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "site.yml")]
+        playbook = ROOT / "playbooks" / f"{args.playbook.removesuffix('.yml')}.yml"
+        stock = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+        ours = [*provision, "apply", str(inventory), "-p", args.playbook]
 
         results: dict[tuple[str, int], list[float]] = {}
+        loads: list[float] = []
         for count in (1, args.nodes):
             limit = ",".join(f"node{i}" for i in range(1, count + 1))
             for _ in range(args.reps):
                 for label, argv, run_env in (
-                    ("provision", [*provision, "apply", str(inventory), "--limit", limit], env),
+                    ("provision", [*ours, "--limit", limit], env),
                     ("stock", [*stock, "--limit", limit], stock_env),
                 ):
                     close_masters(cluster_dir)
+                    before = os.getloadavg()[0]
                     seconds = run(argv, run_env)
+                    after = os.getloadavg()[0]
+                    loads += [before, after]
                     results.setdefault((label, count), []).append(seconds)
-                    print(f"  {label:<10} {count:>2} node(s): {seconds:6.1f} s", flush=True)
+                    load = f"(load {before:.1f} -> {after:.1f})"
+                    print(f"  {label:<10} {count:>2} node(s): {seconds:6.1f} s   {load}", flush=True)
 
-        print(f"\nno-op converge of site.yml, medians of {args.reps} (seconds)")
+        print(f"\nno-op converge of {playbook.name}, medians of {args.reps} (seconds)")
         print(f"{'nodes':>5} {'provision':>10} {'stock':>8} {'stock/provision':>16}")
         med = {key: statistics.median(values) for key, values in results.items()}
         for count in (1, args.nodes):
@@ -117,6 +128,10 @@ def main() -> None:
             print(f"{count:>5} {ours:>10.1f} {theirs:>8.1f} {theirs / ours:>15.2f}x")
         scale = med[("provision", args.nodes)] / med[("provision", 1)]
         print(f"provision t({args.nodes} nodes) / t(1 node) = {scale:.2f}")
+        print(
+            f"load average (1 min) around the runs: median {statistics.median(loads):.1f}, "
+            f"min {min(loads):.1f}, max {max(loads):.1f} on {os.cpu_count()} CPUs"
+        )
     finally:
         if not args.keep:
             subprocess.run([*provision, "sim", "down", "--name", args.name], env=env, capture_output=True)
