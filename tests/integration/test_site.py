@@ -438,12 +438,6 @@ def test_plan_shows_each_hosts_sources_with_diffs_and_changes_nothing(site: Site
             assert f"linux-headers-{kernel}" in packages
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: in check mode the repos stage only announces the prerequisite packages, then the "
-    "ascend_driver gate ('Check the driver installer's prerequisites') fails every fresh node, so "
-    "`provision plan` of site.yml on a fresh cluster exits 1 and lists no installer, reboot, CANN or pool",
-)
 def test_plan_of_a_fresh_site_lists_installers_reboots_and_pools(site: Site) -> None:
     plan = site.planned()
     assert plan.rc == 0, plan.explain()
