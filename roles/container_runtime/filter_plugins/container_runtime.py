@@ -1,6 +1,6 @@
 """Filters of the container_runtime role: daemon.json parsing and merging, the verification's verdict.
 
-Pure functions (unit-tested in tests/unit/test_container_runtime.py); the role only moves text around.
+Pure functions (unit-tested in tests/unit/test_container_runtime_config.py); the role only moves text around.
 """
 
 from __future__ import annotations
