@@ -307,9 +307,10 @@ def test_killed_engine_reads_failed_with_the_journal(served: Served) -> None:
     node2 = next(line for line in lines if line.startswith("node2 "))
     assert node1.split()[:4] == ["node1", "smol", served.url("node1"), "ready"]
     assert node2.split()[:4] == ["node2", "smol", served.url("node2"), "failed"]
-    assert (
-        "the engine process is not running" in node2 and "vllm-smol.service: activating/auto-restart" in node2
-    )
+    # After SIGKILL of the main process systemd first stops the unit's other processes (the engine core
+    # children: deactivating/stop-sigterm), then waits RestartSec (activating/auto-restart): either is right.
+    assert "the engine process is not running" in node2
+    assert re.search(r"vllm-smol\.service: (deactivating/stop-sig(term|kill)|activating/auto-restart)", node2)
     assert any("Main process exited, code=killed, status=9/KILL" in line for line in lines if "| " in line)
     assert lines[-1] == "1/2 ready on 2 host(s)"
 
