@@ -19,7 +19,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from provision.ascend.facts import MARK, PROBE_SCRIPT, facts_from_probe
+from provision.ascend.facts import PROBE_SCRIPT, SECTION_FUNCTION, facts_from_probe, sections
 
 FACT_DIR = "/etc/ansible/facts.d"
 # What Ansible's setup module stores for a .fact file it cannot read as JSON or INI.
@@ -34,7 +34,7 @@ def state_script(
 ) -> str:
     """The shell script printing the labelled sections ``fact <name>``, ``stat <path>`` and ``find``."""
     q = shlex.quote
-    lines = [f"sec() {{ printf '\\n%s%s\\n' {q(MARK)} \"$1\"; }}"]
+    lines = [SECTION_FUNCTION]
     for name in local_facts:
         if not _FACT_NAME.match(name):
             raise ValueError(f"local fact names are letters, digits and _: {name!r}")
@@ -70,16 +70,7 @@ def parse_state(text: str) -> dict[str, Any]:
     local: dict[str, Any] = {}
     stats: dict[str, dict[str, str]] = {}
     files: list[dict[str, str]] = []
-    label: str | None = None
-    bodies: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line.startswith(MARK):
-            label = line[len(MARK) :].strip()
-            bodies[label] = []
-        elif label is not None:
-            bodies[label].append(line)
-    for label, lines in bodies.items():
-        body = "\n".join(lines).strip("\n")
+    for label, body in dict(sections(text)).items():
         if label.startswith("fact "):
             try:
                 local[label.removeprefix("fact ")] = json.loads(body)
@@ -95,7 +86,7 @@ def parse_state(text: str) -> dict[str, Any]:
                     "checksum": words[3],
                 }
         elif label == "find":
-            files = [{"path": p} for p in sorted(line.strip() for line in lines) if p]
+            files = [{"path": p} for p in sorted(line.strip() for line in body.splitlines()) if p]
     return {"local": local, "stats": stats, "files": files}
 
 

@@ -17,10 +17,13 @@ from provision.ascend.pci import ascend_devices, ascend_model, parse_lspci
 from provision.ascend.versions import parse_ascend_install_info, parse_key_equals
 
 MARK = "@@@provision "
+SECTION_FUNCTION = f"sec() {{ printf '\\n%s%s\\n' '{MARK}' \"$1\"; }}"
+"""The shell function every probe script prints its sections with (``sec LABEL``)."""
 
 # Positional arguments after the script: the paths whose free space to report.
-PROBE_SCRIPT = r"""
-sec() { printf '\n%s%s\n' '@@@provision ' "$1"; }
+PROBE_SCRIPT = (
+    SECTION_FUNCTION
+    + r"""
 sec pci
 if command -v lspci >/dev/null 2>&1; then
   lspci -n -d 19e5: 2>&1
@@ -48,26 +51,37 @@ for p in "$@"; do
   printf '%s ' "$p"; df -Pk "$q" | tail -n 1
 done
 exit 0
-""".strip()
+"""
+).strip()
 
 
-def split_sections(text: str) -> dict[str, str]:
-    """Section label -> body of the probe output."""
-    sections: dict[str, str] = {}
+def sections(text: str) -> list[tuple[str, str]]:
+    """``(label, body)`` of every section of a probe's output, in order (lines ``MARK label`` open one).
+
+    The probes (this module's, ``ascend_state``'s, the HCCN gate's) print their sections with the shell
+    function ``sec`` of :data:`SECTION_FUNCTION`.
+    """
+    out: list[tuple[str, str]] = []
     label: str | None = None
     body: list[str] = []
     for line in text.splitlines():
         if line.startswith(MARK):
             if label is not None:
-                sections[label] = "\n".join(body).strip("\n")
+                out.append((label, "\n".join(body).strip("\n")))
             label, body = line[len(MARK) :].strip(), []
         elif label is not None:
             body.append(line)
     if label is not None:
-        sections[label] = "\n".join(body).strip("\n")
-    if "pci" not in sections:
+        out.append((label, "\n".join(body).strip("\n")))
+    return out
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """Section label -> body of the probe output."""
+    found = dict(sections(text))
+    if "pci" not in found:
         raise ParseError("probe output has no PCI section")
-    return sections
+    return found
 
 
 def facts_from_probe(text: str) -> dict[str, Any]:

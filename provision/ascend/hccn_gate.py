@@ -30,6 +30,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from provision.ascend.facts import MARK, SECTION_FUNCTION, sections
 from provision.ascend.hccn import (
     parse_hccn_ip,
     parse_hccn_link,
@@ -54,7 +55,6 @@ __all__ = [
 ]
 
 DEFAULT_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
-MARK = "@@@provision "
 LOCAL_COMMANDS = ("link", "net_health", "ip", "tls")
 
 # Arguments after the script: the tool's path, then any of
@@ -64,9 +64,10 @@ LOCAL_COMMANDS = ("link", "net_health", "ip", "tls")
 #   addr           the node's IPv4 addresses (ip -o -4 addr show)
 #   resolve=NAME   NAME's IPv4 address as the node resolves it (getent ahostsv4)
 # The NPUs are probed in parallel (one background job per NPU; its commands in turn). Read-only.
-PROBE_SCRIPT = r"""
-T=$1; shift
-sec() { printf '\n%s%s\n' '@@@provision ' "$1"; }
+PROBE_SCRIPT = (
+    "T=$1; shift\n"
+    + SECTION_FUNCTION
+    + r"""
 run() { label=$1; shift; out=$("$@" 2>&1); rc=$?; sec "$label $rc"; printf '%s\n' "$out"; }
 if [ ! -x "$T" ]; then
   found=$(command -v hccn_tool 2>/dev/null) && [ -n "$found" ] && T=$found
@@ -117,7 +118,8 @@ fi
 if [ "$addr" = 1 ]; then sec "addr"; ip -o -4 addr show 2>&1; fi
 for n in $names; do sec "resolve $n"; getent ahostsv4 "$n" 2>&1 | head -n 1; done
 exit 0
-""".strip()
+"""
+).strip()
 
 
 def probe_argv(
@@ -151,22 +153,6 @@ def probe_argv(
 
 
 # --------------------------------------------------------------------------------------------- parsing
-
-
-def _sections(text: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    label: str | None = None
-    body: list[str] = []
-    for line in text.splitlines():
-        if line.startswith(MARK):
-            if label is not None:
-                out.append((label, "\n".join(body).strip("\n")))
-            label, body = line[len(MARK) :].strip(), []
-        elif label is not None:
-            body.append(line)
-    if label is not None:
-        out.append((label, "\n".join(body).strip("\n")))
-    return out
 
 
 def _last_line(text: str, rc: int) -> str:
@@ -235,7 +221,7 @@ def parse_probe(text: str) -> dict[str, Any]:
         "resolved": {},
     }
     units: dict[int, str | None] = {}
-    for label, body in _sections(text):
+    for label, body in sections(text):
         words = label.split()
         kind = words[0]
         if kind == "tool":
