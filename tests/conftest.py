@@ -24,7 +24,7 @@ import pytest
 
 from provision.errors import EnvironmentProblem
 from provision.paths import ansible_cfg
-from provision.sim.cluster import Cluster, state_root
+from provision.sim.cluster import BOOT_TIMEOUT_S, Cluster, state_root
 from provision.sim.system import require_host
 
 # One cluster per pytest process, so two sessions (two engineers, or CI and a developer) never share
@@ -39,7 +39,7 @@ SIM_CLUSTER_NPUS = 8
 AnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
 # run_ansible(inventory, pattern, module, args="", *extra_cli_args, timeout=300)
 InventoryAnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
-# sim_cluster_factory(name, *, nodes, os_list, npus=8, binds=())
+# sim_cluster_factory(purpose, *, nodes, os_list, npus=8, binds=(), mirror=True, boot_timeout=...)
 ClusterFactory = Callable[..., Cluster]
 
 
@@ -65,10 +65,28 @@ def require_sim_host() -> None:
     sim_unavailable(reason)
 
 
-def _start_cluster(name: str, *, nodes: int, os_list: str, npus: int, binds: Sequence[str] = ()) -> Cluster:
+def cluster_name(purpose: str) -> str:
+    """``pytest-<pid>-<purpose>``: a cluster of this pytest process (later sessions remove it if it dies)."""
+    name = f"{SIM_CLUSTER_PREFIX}{os.getpid()}-{purpose}"
+    if len(name) > 24:  # provision.sim.cluster.check_name
+        raise ValueError(f"cluster purpose {purpose!r} too long for a cluster name: {name!r}")
+    return name
+
+
+def _start_cluster(
+    name: str,
+    *,
+    nodes: int,
+    os_list: str,
+    npus: int,
+    binds: Sequence[str] = (),
+    mirror: bool = True,
+    boot_timeout: float = BOOT_TIMEOUT_S,
+) -> Cluster:
     """Bring up a cluster (removing a leftover of the same name first), or skip/fail with the reason.
 
     ``binds``: read-only mounts into every node (``SRC:DST``), e.g. ``provision.sim.engine.engine_binds()``.
+    ``mirror``: serve the local package mirror to the nodes. ``boot_timeout``: seconds until sshd answers.
     """
     require_sim_host()
     _remove_clusters_of_dead_sessions()
@@ -76,16 +94,25 @@ def _start_cluster(name: str, *, nodes: int, os_list: str, npus: int, binds: Seq
     if leftover is not None:
         leftover.down()
     try:
-        return Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, binds=binds)
+        return Cluster.up(
+            name,
+            nodes=nodes,
+            os_list=os_list,
+            npus=npus,
+            binds=binds,
+            mirror=mirror,
+            boot_timeout=boot_timeout,
+        )
     except EnvironmentProblem as exc:  # e.g. mmdebstrap missing to build the base
         reason = str(exc)
     sim_unavailable(reason)
 
 
 def _remove_clusters_of_dead_sessions() -> None:
+    """Clusters ``pytest-<pid>`` and ``pytest-<pid>-<purpose>`` whose pytest process is gone."""
     root = state_root()
     for folder in sorted(root.glob(f"{SIM_CLUSTER_PREFIX}*")) if root.is_dir() else []:
-        pid = folder.name.removeprefix(SIM_CLUSTER_PREFIX)
+        pid = folder.name.removeprefix(SIM_CLUSTER_PREFIX).split("-", 1)[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             stale = Cluster.load(folder.name)
             if stale is not None:
@@ -148,36 +175,47 @@ def _tear_down_at_end(request: pytest.FixtureRequest, cluster: Cluster) -> None:
     _interrupt_on_sigterm()
 
 
-@pytest.fixture(scope="module")
-def sim_cluster_module_factory(request: pytest.FixtureRequest) -> ClusterFactory:
-    """Like ``sim_cluster_factory``, for clusters shared by the tests of one module."""
-
+def _factory(request: pytest.FixtureRequest) -> ClusterFactory:
     def start(
-        name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS, binds: Sequence[str] = ()
+        purpose: str,
+        *,
+        nodes: int,
+        os_list: str,
+        npus: int = SIM_CLUSTER_NPUS,
+        binds: Sequence[str] = (),
+        mirror: bool = True,
+        boot_timeout: float = BOOT_TIMEOUT_S,
     ) -> Cluster:
-        cluster = _start_cluster(name, nodes=nodes, os_list=os_list, npus=npus, binds=binds)
+        cluster = _start_cluster(
+            cluster_name(purpose),
+            nodes=nodes,
+            os_list=os_list,
+            npus=npus,
+            binds=binds,
+            mirror=mirror,
+            boot_timeout=boot_timeout,
+        )
         _tear_down_at_end(request, cluster)
         return cluster
 
     return start
+
+
+@pytest.fixture(scope="module")
+def sim_cluster_module_factory(request: pytest.FixtureRequest) -> ClusterFactory:
+    """Like ``sim_cluster_factory``, for clusters shared by the tests of one module."""
+    return _factory(request)
 
 
 @pytest.fixture
 def sim_cluster_factory(request: pytest.FixtureRequest) -> ClusterFactory:
-    """Start extra clusters for one test: ``sim_cluster_factory("t-ten", nodes=10, os_list="ubuntu-22.04")``.
+    """Start extra clusters for one test: ``sim_cluster_factory("ten", nodes=10, os_list="ubuntu-22.04")``.
 
-    Each is removed when the test ends (if the test did not call ``down`` itself). Names must differ from
-    the session cluster's (``pytest-<pid>``); clusters get their own subnet, so they run next to it.
+    The cluster is named ``pytest-<pid>-<purpose>`` (a later session removes it if this process dies) and is
+    removed when the test ends (if the test did not call ``down`` itself). Clusters get their own subnet, so
+    they run next to the session cluster. ``binds`` and ``mirror``: see ``Cluster.up``.
     """
-
-    def start(
-        name: str, *, nodes: int, os_list: str, npus: int = SIM_CLUSTER_NPUS, binds: Sequence[str] = ()
-    ) -> Cluster:
-        cluster = _start_cluster(name, nodes=nodes, os_list=os_list, npus=npus, binds=binds)
-        _tear_down_at_end(request, cluster)
-        return cluster
-
-    return start
+    return _factory(request)
 
 
 @pytest.fixture(scope="session")

@@ -55,6 +55,18 @@ SERVE_MODE = "container"
 installs docker and the Ascend Docker Runtime first)."""
 
 
+def engine_profile_vars() -> dict[str, object]:
+    """``vllm_serve_profiles`` pointing smollm2-cpu at the engine cache's model, when the cache is not in the
+    default folder the shipped profile names (``PROVISION_ENGINE_CACHE``); else nothing."""
+    from provision.serving.profiles import shipped_profiles
+
+    shipped = shipped_profiles()["smollm2-cpu"]
+    if Path(shipped.model) == engine.model_dir():
+        return {}
+    profile = shipped.model_dump(exclude_defaults=True)
+    return {"vllm_serve_profiles": {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}}
+
+
 def serving_group_vars(mode: str = SERVE_MODE) -> str:
     """YAML for ``group_vars/npu_nodes.yml``: each node serves SmolLM2 from the cached engine.
 
@@ -62,8 +74,6 @@ def serving_group_vars(mode: str = SERVE_MODE) -> str:
     missing), ``docker load``ed by the role from its ``file://`` URL, with the engine's paths as read-only
     volumes. ``service``: from the engine's venv.
     """
-    from provision.serving.profiles import shipped_profiles
-
     settings: dict[str, object] = {"npu_pools_list": [SERVE_POOL], "vllm_serve_mode": mode}
     if mode == "container":
         image = serve_image.ensure_serve_image()
@@ -75,10 +85,7 @@ def serving_group_vars(mode: str = SERVE_MODE) -> str:
         )
     else:
         settings["vllm_serve_venv"] = str(engine.engine_venv())
-    shipped = shipped_profiles()["smollm2-cpu"]
-    if Path(shipped.model) != engine.model_dir():  # an engine cache outside the default folder
-        profile = shipped.model_dump(exclude_defaults=True)
-        settings["vllm_serve_profiles"] = {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}
+    settings.update(engine_profile_vars())
     how = (
         "in a container (image built from the nodes' base, engine mounted read-only)"
         if mode == "container"

@@ -181,7 +181,7 @@ def row(output: str, host: str) -> list[str]:
 def test_new_rack_to_preflight_then_nothing_to_do(
     sim_cluster_factory: ClusterFactory, tmp_path: Path
 ) -> None:
-    cluster = sim_cluster_factory(f"bsa-{os.getpid()}", nodes=3, os_list=OS_LIST)
+    cluster = sim_cluster_factory("bsa", nodes=3, os_list=OS_LIST)
     new_rack(cluster, minimal="node2")
     ip = {n.name: n.ip for n in cluster.nodes}
     # node3: the vendor set up an admin account that needs its password for sudo.
@@ -325,7 +325,7 @@ def test_new_rack_to_preflight_then_nothing_to_do(
 def test_each_failure_has_its_own_message_and_the_others_succeed(
     sim_cluster_factory: ClusterFactory, tmp_path: Path
 ) -> None:
-    cluster = sim_cluster_factory(f"bsb-{os.getpid()}", nodes=4, os_list="openeuler-22.03,ubuntu-22.04")
+    cluster = sim_cluster_factory("bsb", nodes=4, os_list="openeuler-22.03,ubuntu-22.04")
     new_rack(cluster, root_passwords={"node2": "another-password-entirely"})
     ip = {n.name: n.ip for n in cluster.nodes}
     run_in(cluster, "node3", f"useradd -m -s /bin/bash ops && echo 'ops:{PASSWORD}' | chpasswd")

@@ -66,9 +66,7 @@ def toolkit_version(cluster: Cluster, node: str, info: str) -> str:
 
 
 def test_both_layouts_then_upgrade(sim_cluster_factory: ClusterFactory, tmp_path: Path) -> None:
-    cluster = sim_cluster_factory(
-        f"cann-{os.getpid()}", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=1
-    )
+    cluster = sim_cluster_factory("cann", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=1)
     arch = sh(cluster, "node1", "uname -m").strip()
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "host_vars").mkdir()

@@ -10,12 +10,9 @@ fail with clear messages -> a corrupted .run stops its node before any change.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,8 @@ import yaml
 from provision.ascend import lock
 from provision.sim import repos
 from provision.sim.cluster import Cluster
+from tests.helpers import Run, host_vars
+from tests.helpers import provision as run_provision
 
 pytestmark = pytest.mark.cluster
 
@@ -44,37 +43,8 @@ USER_DAEMON = {
 VERIFY = "container_runtime : Check each container saw exactly its pool's NPUs"
 
 
-@dataclass
-class Run:
-    rc: int
-    summary: dict[str, Any]
-    stderr: str
-
-    def changed(self) -> dict[str, int]:
-        return {host: stats["changed"] for host, stats in self.summary["hosts"].items()}
-
-    def changes(self, host: str) -> list[str]:
-        return [c["task"] for c in self.summary["changes"] if c["host"] == host]
-
-    def failures(self) -> dict[str, str]:
-        return {f["host"]: f"{f['task']}: {f['message']}" for f in self.summary["failures"]}
-
-    def explain(self) -> str:
-        return (
-            json.dumps({k: self.summary.get(k) for k in ("hosts", "failures")}, indent=1)
-            + self.stderr[-3000:]
-        )
-
-
-def provision(verb: str, inventory: Path, playbook: str, *args: str) -> Run:
-    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(inventory.parent / "runs")}
-    argv = [sys.executable, "-m", "provision", verb, str(inventory), "-p", playbook, "--json", *args]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
-    try:
-        summary = json.loads(done.stdout)
-    except ValueError:
-        pytest.fail(f"provision {verb} -p {playbook} printed no JSON (rc {done.returncode}):\n{done.stderr}")
-    return Run(done.returncode, summary, done.stderr)
+def provision(verb: str, inventory: Path, playbook: str, *args: str, timeout: float = 900) -> Run:
+    return run_provision(verb, inventory, "-p", playbook, *args, timeout=timeout)
 
 
 def sh(cluster: Cluster, node: str, script: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -82,14 +52,6 @@ def sh(cluster: Cluster, node: str, script: str, check: bool = True) -> subproce
     if check:
         assert done.returncode == 0, f"{node}: {script}: {done.stdout}{done.stderr}"
     return done
-
-
-def host_vars(inventory: Path, host: str, values: Mapping[str, Any] | None) -> None:
-    path = inventory.parent / "host_vars" / f"{host}.yml"
-    if values is None:
-        path.unlink(missing_ok=True)
-    else:
-        path.write_text(yaml.safe_dump(dict(values)))
 
 
 def daemon_json(cluster: Cluster, node: str) -> dict[str, Any]:
@@ -123,9 +85,7 @@ def stack(
     sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Cluster, Path]]:
     """The cluster after repos + driver, with the inventory (pools) and node1's own daemon.json."""
-    cluster = sim_cluster_module_factory(
-        f"crt-{os.getpid()}"[:24], nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=8
-    )
+    cluster = sim_cluster_module_factory("crt", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=8)
     folder = tmp_path_factory.mktemp("container-runtime")
     (folder / "group_vars").mkdir()
     (folder / "host_vars").mkdir()
@@ -149,7 +109,7 @@ def test_plan_apply_and_a_repeat_that_changes_nothing(stack: tuple[Cluster, Path
     plan = provision("plan", inventory, "container_runtime")
     assert plan.rc == 0, plan.explain()
     for node in ("node1", "node2"):
-        tasks = plan.changes(node)
+        tasks = plan.tasks(node)
         assert any(
             t.endswith(f"Would download Ascend-docker-runtime_{VERSION}_linux-{cluster_arch(cluster)}.run")
             for t in tasks

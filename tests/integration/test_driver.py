@@ -15,8 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,8 @@ from provision.ascend import lock, parse_install_log, parse_npu_smi_board, parse
 from provision.paths import ansible_cfg, ansible_root
 from provision.sim import hardware
 from provision.sim.cluster import Cluster
+from tests.helpers import Run, host_vars
+from tests.helpers import provision as run_provision
 
 pytestmark = pytest.mark.cluster
 
@@ -46,63 +47,11 @@ POST_GATE = "ascend_driver : Check the driver, firmware, device nodes and NPU he
 REBOOT = "ascend_driver : Reboot to load the new driver and firmware"
 
 
-def unique(name: str) -> str:
-    """A cluster name of this pytest process (two sessions never remove each other's clusters)."""
-    return f"{name}-{os.getpid()}"[:24]
-
-
 # -- running provision ------------------------------------------------------------------------------------
 
 
-@dataclass
-class Run:
-    rc: int
-    summary: dict[str, Any]
-    stderr: str
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.summary["run_dir"])
-
-    def changed(self) -> dict[str, int]:
-        return {host: stats["changed"] for host, stats in self.summary["hosts"].items()}
-
-    def changes(self, host: str) -> list[str]:
-        return [c["task"] for c in self.summary["changes"] if c["host"] == host]
-
-    def failures(self) -> dict[str, str]:
-        return {f["host"]: f"{f['task']}: {f['message']}" for f in self.summary["failures"]}
-
-    def events(self, task: str) -> dict[str, dict[str, Any]]:
-        """host -> event_data of the task's runner_on_ok (the last one per host)."""
-        found: dict[str, dict[str, Any]] = {}
-        for path in sorted(self.run_dir.glob("artifacts/*/job_events/*.json"), key=_counter):
-            event = json.loads(path.read_text())
-            data = event.get("event_data") or {}
-            if event.get("event") == "runner_on_ok" and f"{data.get('role')} : {data.get('task')}" == task:
-                found[data["host"]] = data
-        return found
-
-    def explain(self) -> str:
-        return (
-            json.dumps({k: self.summary.get(k) for k in ("hosts", "failures")}, indent=1)
-            + self.stderr[-3000:]
-        )
-
-
-def _counter(path: Path) -> int:
-    return int(path.name.split("-", 1)[0])
-
-
 def provision(verb: str, inventory: Path, playbook: str, *args: str, timeout: float = 900) -> Run:
-    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(inventory.parent / "runs")}
-    argv = [sys.executable, "-m", "provision", verb, str(inventory), "-p", playbook, "--json", *args]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
-    try:
-        summary = json.loads(done.stdout)
-    except ValueError:
-        pytest.fail(f"provision {verb} -p {playbook} printed no JSON (rc {done.returncode}):\n{done.stderr}")
-    return Run(done.returncode, summary, done.stderr)
+    return run_provision(verb, inventory, "-p", playbook, *args, timeout=timeout)
 
 
 def ansible_playbook(inventory: Path, *playbooks: str) -> subprocess.CompletedProcess[str]:
@@ -123,14 +72,6 @@ def inventory(cluster: Cluster, folder: Path, **group_vars: Any) -> Path:
     values = {**mirror, "ascend_npu_count": npus, **group_vars}
     (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(values))
     return folder / "inventory.ini"
-
-
-def host_vars(inventory_path: Path, host: str, values: Mapping[str, Any] | None) -> None:
-    path = inventory_path.parent / "host_vars" / f"{host}.yml"
-    if values is None:
-        path.unlink(missing_ok=True)
-    else:
-        path.write_text(yaml.safe_dump(dict(values)))
 
 
 # -- looking at nodes ----------------------------------------------------------------------------------------
@@ -209,9 +150,7 @@ def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
     sim_cluster_factory: ClusterFactory, tmp_path: Path
 ) -> None:
     npus = 8
-    cluster = sim_cluster_factory(
-        unique("drv-new"), nodes=2, os_list="openeuler-24.03,ubuntu-22.04", npus=npus
-    )
+    cluster = sim_cluster_factory("drv-new", nodes=2, os_list="openeuler-24.03,ubuntu-22.04", npus=npus)
     inv = inventory(cluster, tmp_path)
     names = [node.name for node in cluster.nodes]
     driver, firmware = str(LOCKED["driver"]), str(LOCKED["firmware"])
@@ -230,7 +169,7 @@ def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
     plan = provision("plan", inv, "driver")
     assert plan.rc == 0, plan.explain()
     for name in names:
-        changes = plan.changes(name)
+        changes = plan.tasks(name)
         downloads = [c for c in changes if c.startswith("ascend_driver : Would download ")]
         assert downloads == [f"ascend_driver : Would download {file}" for file in files], changes
         runs = [c for c in changes if c.startswith("ascend_driver : Would run ")]
@@ -272,9 +211,7 @@ def test_upgrade_uses_the_upgrade_order_and_reboots_one_node_at_a_time(
     sim_cluster_factory: ClusterFactory, tmp_path: Path
 ) -> None:
     npus = 2
-    cluster = sim_cluster_factory(
-        unique("drv-upg"), nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=npus
-    )
+    cluster = sim_cluster_factory("drv-upg", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=npus)
     names = [node.name for node in cluster.nodes]
     inv = inventory(cluster, tmp_path, **OLD)
     assert provision("apply", inv, "repos").rc == 0
@@ -338,7 +275,7 @@ def test_checksum_health_and_prerequisite_failures_stop_only_their_node(
     prerequisites, node4 an unhealthy NPU while an upgrade is pending: each stops, untouched."""
     npus = 2
     cluster = sim_cluster_factory(
-        unique("drv-bad"),
+        "drv-bad",
         nodes=4,
         os_list="openeuler-22.03,ubuntu-22.04,openeuler-24.03,ubuntu-22.04",
         npus=npus,
@@ -397,7 +334,7 @@ def test_checksum_health_and_prerequisite_failures_stop_only_their_node(
 
     # node1 converged: the DKMS residue was removed (the documented fix) and the install retried once.
     assert run.changed()["node1"] > 0 and boots(cluster)["node1"] == before["node1"] + 1
-    assert any("Remove the DKMS residue" in task for task in run.changes("node1")), run.changes("node1")
+    assert any("Remove the DKMS residue" in task for task in run.tasks("node1")), run.tasks("node1")
     assert_driver_running(cluster, "node1", driver, firmware, npus)
 
     # Forced past the health gate, node4 upgrades, reboots, and the post-reboot gate still reports the NPU.

@@ -17,7 +17,6 @@ Costs: two engines (~3.6 GB each); 4-8 min on 2 shared cores.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
@@ -25,7 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,18 +32,18 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.errors import EnvironmentProblem
 from provision.serving import engine
 from provision.serving.profiles import shipped_profiles
 from provision.sim import hardware, mirror
-from provision.sim.cluster import Cluster, state_root
+from provision.sim.cluster import Cluster
 from provision.sim.engine import engine_binds
-from provision.sim.system import require_host
+from tests.helpers import complete
+
+ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
 
 PROVISION = [sys.executable, "-m", "provision"]
-CLUSTER_PREFIX = "hccn-"
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
 NPU = 5  # the pool's NPU on each node, and the one whose link goes down
 POOL = {"name": "smol2", "devices": [NPU], "port": 8000, "profile": "smollm2-2node"}
@@ -63,24 +62,6 @@ START_WORKER = (
 GATE = (
     "hccn_gate : Refuse the serving groups whose NPU network is not fit (nothing of them starts, on any node)"
 )
-
-
-def _sim_unavailable(reason: str) -> None:
-    if os.environ.get("PROVISION_ALLOW_SKIP") == "1":
-        pytest.skip(f"simulated cluster unavailable: {reason}")
-    pytest.fail(
-        f"simulated cluster unavailable: {reason}\n(set PROVISION_ALLOW_SKIP=1 to skip)", pytrace=False
-    )
-
-
-def _remove_leftovers() -> None:
-    root = state_root()
-    for folder in sorted(root.glob(f"{CLUSTER_PREFIX}*")) if root.is_dir() else []:
-        pid = folder.name.removeprefix(CLUSTER_PREFIX)
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            stale = Cluster.load(folder.name)
-            if stale is not None:
-                stale.down()
 
 
 @dataclass
@@ -177,41 +158,29 @@ def _install_driver(state: Gated, driver: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gated]:
+def gated(
+    sim_host: None, sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Gated:
     engine.prepare()  # cached: instant after the first time
-    try:
-        require_host()
-    except EnvironmentProblem as exc:
-        _sim_unavailable(str(exc))
-    _remove_leftovers()
-    name = f"{CLUSTER_PREFIX}{os.getpid()}"
-    leftover = Cluster.load(name)
-    if leftover is not None:
-        leftover.down()
     folder = tmp_path_factory.mktemp("hccn")
     [driver] = mirror.build_artifacts(folder / "mirror", arch=os.uname().machine, components=["driver"])
     started = time.monotonic()
-    cluster = Cluster.up(
-        name,
+    cluster = sim_cluster_module_factory(
+        "hccn",
         nodes=2,
         os_list="openeuler-22.03,ubuntu-22.04",
         binds=engine_binds(),
         mirror=False,
         boot_timeout=420,
     )
-    atexit.register(cluster.down)
-    try:
-        inventory = folder / "inventory.ini"
-        inventory.write_text(cluster.inventory_path.read_text())
-        (folder / "group_vars").mkdir()
-        (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(settings()))
-        state = Gated(cluster, inventory, folder / "runs")
-        _install_driver(state, driver)
-        state.timings["cluster + driver + reboot"] = time.monotonic() - started
-        yield state
-    finally:
-        atexit.unregister(cluster.down)
-        cluster.down()
+    inventory = folder / "inventory.ini"
+    inventory.write_text(cluster.inventory_path.read_text())
+    (folder / "group_vars").mkdir()
+    (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(settings()))
+    state = Gated(cluster, inventory, folder / "runs")
+    _install_driver(state, driver)
+    state.timings["cluster + driver + reboot"] = time.monotonic() - started
+    return state
 
 
 def events(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -240,18 +209,6 @@ def unit_show(state: Gated, node: str) -> dict[str, str]:
     props = ["ActiveState", "SubState", "ExecMainStartTimestampMonotonic", "NRestarts"]
     text = state.cluster.exec(node, ["systemctl", "show", *(f"-p{p}" for p in props), UNIT]).stdout
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
-def complete(url: str, timeout: float = 60.0) -> str:
-    body = json.dumps(
-        {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
-    )
-    request = urllib.request.Request(
-        f"{url}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        text: str = json.load(response)["choices"][0]["text"]
-    return text
 
 
 def test_a_down_link_refuses_the_whole_group_and_starts_nothing(gated: Gated) -> None:

@@ -16,7 +16,6 @@ Costs: two engines (~3.6 GB each), 1-1.5 min per cold start of both on 2 cores; 
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
@@ -26,24 +25,24 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
-from provision.errors import EnvironmentProblem
 from provision.serving import engine
 from provision.serving.profiles import shipped_profiles
-from provision.sim.cluster import Cluster, state_root
-from provision.sim.engine import engine_binds
-from provision.sim.system import require_host
+from provision.sim.cluster import Cluster
+from provision.sim.engine import engine_binds, engine_profile_vars
+from tests.helpers import complete as shared_complete
+
+ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
 
 PROVISION = [sys.executable, "-m", "provision"]
-CLUSTER_PREFIX = "serve-"
 POOL = {"name": "smol", "devices": [0], "port": 8000, "profile": "smollm2-cpu"}
 API_KEY = "serve-test-key"
 APPLY_TIMEOUT_S = 600
@@ -54,25 +53,6 @@ TRAFFIC_PAUSE_S = 1.0
 
 
 # --------------------------------------------------------------------------------------------- fixtures
-
-
-def _sim_unavailable(reason: str) -> None:
-    if os.environ.get("PROVISION_ALLOW_SKIP") == "1":
-        pytest.skip(f"simulated cluster unavailable: {reason}")
-    pytest.fail(
-        f"simulated cluster unavailable: {reason}\n(set PROVISION_ALLOW_SKIP=1 to skip)", pytrace=False
-    )
-
-
-def _remove_leftovers() -> None:
-    """Clusters of this module left by dead pytest processes (``serve-<pid>``)."""
-    root = state_root()
-    for folder in sorted(root.glob(f"{CLUSTER_PREFIX}*")) if root.is_dir() else []:
-        pid = folder.name.removeprefix(CLUSTER_PREFIX)
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            stale = Cluster.load(folder.name)
-            if stale is not None:
-                stale.down()
 
 
 @dataclass
@@ -109,50 +89,35 @@ def good_settings() -> dict[str, object]:
         # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
         "vllm_serve_restart_sec": 60,
     }
-    shipped = shipped_profiles()["smollm2-cpu"]
-    if Path(shipped.model) != engine.model_dir():  # a cache outside the default folder
-        profile = shipped.model_dump(exclude_defaults=True)
-        settings["vllm_serve_profiles"] = {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}
+    settings.update(engine_profile_vars())  # the engine cache's model, if not in the default folder
     return settings
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(
+    sim_host: None, sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Served:
     engine.prepare()  # cached: instant after the first time (~3 min)
-    try:
-        require_host()
-    except EnvironmentProblem as exc:
-        _sim_unavailable(str(exc))
-    _remove_leftovers()
-    name = f"{CLUSTER_PREFIX}{os.getpid()}"
-    leftover = Cluster.load(name)
-    if leftover is not None:
-        leftover.down()
-    cluster = Cluster.up(
-        name, nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds(), mirror=False
+    cluster = sim_cluster_module_factory(
+        "serve", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds(), mirror=False
     )
-    atexit.register(cluster.down)
-    try:
-        folder = tmp_path_factory.mktemp("serve")
-        inventory = folder / "inventory.ini"
-        inventory.write_text(cluster.inventory_path.read_text())
-        (folder / "group_vars").mkdir()
-        state = Served(cluster, inventory, folder / "runs")
-        state.group_vars().write_text(yaml.safe_dump(good_settings()))
-        planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
-        assert planned.returncode == 0, planned.stdout + planned.stderr
-        state.plan = json.loads(planned.stdout)
-        unit = cluster.exec("node1", ["test", "-e", "/etc/systemd/system/vllm-smol.service"])
-        state.unit_after_plan = unit.returncode == 0
-        started = time.monotonic()
-        done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
-        state.first_apply_s = time.monotonic() - started
-        assert done.returncode == 0, done.stdout + done.stderr + _journal(cluster)
-        state.first_apply = json.loads(done.stdout)
-        yield state
-    finally:
-        atexit.unregister(cluster.down)
-        cluster.down()
+    folder = tmp_path_factory.mktemp("serve")
+    inventory = folder / "inventory.ini"
+    inventory.write_text(cluster.inventory_path.read_text())
+    (folder / "group_vars").mkdir()
+    state = Served(cluster, inventory, folder / "runs")
+    state.group_vars().write_text(yaml.safe_dump(good_settings()))
+    planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    state.plan = json.loads(planned.stdout)
+    unit = cluster.exec("node1", ["test", "-e", "/etc/systemd/system/vllm-smol.service"])
+    state.unit_after_plan = unit.returncode == 0
+    started = time.monotonic()
+    done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
+    state.first_apply_s = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr + _journal(cluster)
+    state.first_apply = json.loads(done.stdout)
+    return state
 
 
 def _journal(cluster: Cluster, lines: int = 40) -> str:
@@ -166,12 +131,7 @@ def _journal(cluster: Cluster, lines: int = 40) -> str:
 
 
 def complete(url: str, prompt: str = "The capital of France is", timeout: float = 30.0) -> str:
-    body = json.dumps({"model": "smollm2", "prompt": prompt, "max_tokens": 4, "temperature": 0}).encode()
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
-    request = urllib.request.Request(f"{url}/v1/completions", data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        text: str = json.load(response)["choices"][0]["text"]
-    return text
+    return shared_complete(url, api_key=API_KEY, prompt=prompt, timeout=timeout)
 
 
 def status(served: Served) -> subprocess.CompletedProcess[str]:

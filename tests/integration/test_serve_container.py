@@ -20,47 +20,32 @@ Costs: repos + driver + container_runtime stages (≈ 4 min on 2 loaded cores), 
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from test_serve import API_KEY, Traffic, _sim_unavailable, complete, provision
 
-from provision.errors import EnvironmentProblem
 from provision.serving import engine
-from provision.serving.profiles import shipped_profiles
-from provision.sim.cluster import Cluster, state_root
-from provision.sim.engine import container_volumes, engine_binds
+from provision.sim.cluster import Cluster
+from provision.sim.engine import container_volumes, engine_binds, engine_profile_vars
 from provision.sim.serve_image import BROKEN_TAG, ServeImage, broken_image, ensure_serve_image
-from provision.sim.system import require_host
+from tests.integration.test_serve import API_KEY, Traffic, complete, provision
+
+ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
 
-CLUSTER_PREFIX = "servec-"
 POOL = {"name": "smol", "devices": [3], "port": 8000, "profile": "smollm2-cpu"}
 CONTAINER = "vllm-smol"
 UNIT = "vllm-smol.service"
 STAGES = ("repos", "driver", "container_runtime")
 MANAGERS = ["davinci_manager", "devmm_svm", "hisi_hdc"]
-
-
-def _remove_leftovers() -> None:
-    """Clusters of this module left by dead pytest processes (``servec-<pid>``)."""
-    root = state_root()
-    for folder in sorted(root.glob(f"{CLUSTER_PREFIX}*")) if root.is_dir() else []:
-        pid = folder.name.removeprefix(CLUSTER_PREFIX)
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            stale = Cluster.load(folder.name)
-            if stale is not None:
-                stale.down()
 
 
 @dataclass
@@ -100,10 +85,7 @@ def settings(image: ServeImage) -> dict[str, object]:
         # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
         "vllm_serve_restart_sec": 60,
     }
-    shipped = shipped_profiles()["smollm2-cpu"]
-    if Path(shipped.model) != engine.model_dir():  # a cache outside the default folder
-        profile = shipped.model_dump(exclude_defaults=True)
-        values["vllm_serve_profiles"] = {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}
+    values.update(engine_profile_vars())  # the engine cache's model, if not in the default folder
     return values
 
 
@@ -114,51 +96,41 @@ def _summary(done: Any, what: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(
+    sim_host: None, sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Served:
     engine.prepare()  # cached: instant after the first time (~3 min)
-    try:
-        require_host()
-    except EnvironmentProblem as exc:
-        _sim_unavailable(str(exc))
-    _remove_leftovers()
     started = time.monotonic()
     image, broken = ensure_serve_image(), broken_image()
     build_s = time.monotonic() - started
-    name = f"{CLUSTER_PREFIX}{os.getpid()}"
-    leftover = Cluster.load(name)
-    if leftover is not None:
-        leftover.down()
-    cluster = Cluster.up(name, nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds())
-    atexit.register(cluster.down)
-    try:
-        folder = tmp_path_factory.mktemp("servec")
-        inventory = folder / "inventory.ini"
-        inventory.write_text(cluster.inventory_path.read_text())
-        (folder / "group_vars").mkdir()
-        (folder / "host_vars").mkdir()
-        mirror_vars = cluster.group_vars_path.read_text()
-        (folder / "group_vars" / "npu_nodes.yml").write_text(mirror_vars)
-        state = Served(cluster, inventory, folder / "runs", image, broken, timings={"image build": build_s})
-        state.group_vars().write_text(yaml.safe_dump(settings(image)))
-        node2_vars = {"vllm_serve_container_devices": "device"}
-        (folder / "host_vars" / "node2.yml").write_text(yaml.safe_dump(node2_vars))
-        for stage in STAGES:
-            begun = time.monotonic()
-            done = provision("apply", str(inventory), "-p", stage, "--json", runs=state.runs, timeout=900)
-            _summary(done, stage)
-            state.timings[stage] = time.monotonic() - begun
-        planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
-        state.plan = _summary(planned, "plan")
-        unit = cluster.exec("node1", ["test", "-e", f"/etc/systemd/system/{UNIT}"])
-        state.unit_after_plan = unit.returncode == 0
+    cluster = sim_cluster_module_factory(
+        "servec", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds()
+    )
+    folder = tmp_path_factory.mktemp("servec")
+    inventory = folder / "inventory.ini"
+    inventory.write_text(cluster.inventory_path.read_text())
+    (folder / "group_vars").mkdir()
+    (folder / "host_vars").mkdir()
+    mirror_vars = cluster.group_vars_path.read_text()
+    (folder / "group_vars" / "npu_nodes.yml").write_text(mirror_vars)
+    state = Served(cluster, inventory, folder / "runs", image, broken, timings={"image build": build_s})
+    state.group_vars().write_text(yaml.safe_dump(settings(image)))
+    node2_vars = {"vllm_serve_container_devices": "device"}
+    (folder / "host_vars" / "node2.yml").write_text(yaml.safe_dump(node2_vars))
+    for stage in STAGES:
         begun = time.monotonic()
-        done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
-        state.timings["first apply"] = time.monotonic() - begun
-        state.first_apply = _summary(done, "apply -p serve" + _journal(cluster))
-        yield state
-    finally:
-        atexit.unregister(cluster.down)
-        cluster.down()
+        done = provision("apply", str(inventory), "-p", stage, "--json", runs=state.runs, timeout=900)
+        _summary(done, stage)
+        state.timings[stage] = time.monotonic() - begun
+    planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
+    state.plan = _summary(planned, "plan")
+    unit = cluster.exec("node1", ["test", "-e", f"/etc/systemd/system/{UNIT}"])
+    state.unit_after_plan = unit.returncode == 0
+    begun = time.monotonic()
+    done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
+    state.timings["first apply"] = time.monotonic() - begun
+    state.first_apply = _summary(done, "apply -p serve" + _journal(cluster))
+    return state
 
 
 def _journal(cluster: Cluster, lines: int = 40) -> str:

@@ -346,7 +346,7 @@ def _assert_down_leaves_nothing(cluster: Cluster) -> None:
 
 @pytest.mark.cluster
 def test_down_leaves_nothing(sim_cluster_factory: ClusterFactory) -> None:
-    cluster = sim_cluster_factory("pytest-down", nodes=2, os_list="ubuntu-22.04,openeuler-22.03")
+    cluster = sim_cluster_factory("down", nodes=2, os_list="ubuntu-22.04,openeuler-22.03")
     try:
         assert all(node.state == "running" for node in cluster.status())
     finally:
@@ -357,7 +357,7 @@ def test_down_leaves_nothing(sim_cluster_factory: ClusterFactory) -> None:
 @pytest.mark.slow
 def test_ten_nodes_up_and_down(sim_cluster_factory: ClusterFactory, run_ansible: AnsibleRunner) -> None:
     started = time.monotonic()
-    cluster = sim_cluster_factory("pytest-ten", nodes=10, os_list="openeuler-22.03,ubuntu-22.04")
+    cluster = sim_cluster_factory("ten", nodes=10, os_list="openeuler-22.03,ubuntu-22.04")
     try:
         print(f"10 nodes: {cluster.timings} (total with cleanup {time.monotonic() - started:.1f} s)")
         assert cluster.timings["total"] - cluster.timings["base"] < 15  # target 5 s; slack for busy CI

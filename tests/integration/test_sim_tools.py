@@ -58,9 +58,7 @@ def ssh(cluster: Cluster, node: str, command: str, check: bool = True) -> subpro
 
 @pytest.fixture(scope="module")
 def installed(sim_cluster_module_factory: Callable[..., Cluster]) -> Cluster:
-    cluster = sim_cluster_module_factory(
-        f"tools-{os.getpid()}"[:24], nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=4
-    )
+    cluster = sim_cluster_module_factory("tools", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=4)
     env = {**os.environ, "CI": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "provision", "apply", str(cluster.inventory_path), "-p", "repos", "--json"],

@@ -34,7 +34,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,10 +52,11 @@ from provision.ascend import (
 )
 from provision.paths import ansible_root
 from provision.serving import engine
-from provision.serving.profiles import shipped_profiles
 from provision.sim import hardware
 from provision.sim.cluster import Cluster
-from provision.sim.engine import engine_binds
+from provision.sim.engine import engine_binds, engine_profile_vars
+from tests.helpers import Run, host_vars, provision
+from tests.helpers import complete as shared_complete
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -98,66 +98,7 @@ DRILL_OLD: dict[str, Any] = {
 }
 
 
-def unique(name: str) -> str:
-    """A cluster name of this pytest process (two sessions never remove each other's clusters)."""
-    return f"{name}-{os.getpid()}"[:24]
-
-
 # -- running provision and ansible-playbook ------------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    rc: int
-    summary: dict[str, Any]
-    stderr: str
-    seconds: float
-
-    def changed(self) -> dict[str, int]:
-        return {host: stats["changed"] for host, stats in self.summary["hosts"].items()}
-
-    def changes(self, host: str) -> list[dict[str, Any]]:
-        return [change for change in self.summary["changes"] if change["host"] == host]
-
-    def tasks(self, host: str) -> list[str]:
-        return [change["task"] for change in self.changes(host)]
-
-    def diff(self, host: str, task: str) -> str:
-        diffs = [change["diff"] for change in self.changes(host) if change["task"] == task]
-        assert diffs, f"{host}: no change {task!r} in {self.tasks(host)}"
-        return "\n".join(diffs)
-
-    def results(self, task: str) -> dict[str, dict[str, Any]]:
-        """host -> ``res`` of the task's last ``runner_on_ok`` event (from the run directory)."""
-        found: dict[str, dict[str, Any]] = {}
-        run_dir = Path(self.summary["run_dir"])
-        paths = run_dir.glob("artifacts/*/job_events/*.json")
-        for path in sorted(paths, key=lambda p: int(p.name.split("-", 1)[0])):
-            event = json.loads(path.read_text())
-            data = event.get("event_data") or {}
-            name = f"{data['role']} : {data.get('task')}" if data.get("role") else data.get("task")
-            if event.get("event") == "runner_on_ok" and name == task:
-                found[data["host"]] = data.get("res") or {}
-        return found
-
-    def explain(self) -> str:
-        shown = {key: self.summary.get(key) for key in ("hosts", "failures")}
-        return json.dumps(shown, indent=1) + "\n" + self.stderr[-3000:]
-
-
-def provision(verb: str, inventory: Path, *args: str, timeout: float = 900) -> Run:
-    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(inventory.parent / "runs")}
-    argv = [sys.executable, "-m", "provision", verb, str(inventory), "--json", *args]
-    started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
-    seconds = time.monotonic() - started
-    try:
-        summary = json.loads(done.stdout)
-    except ValueError:
-        pytest.fail(
-            f"provision {verb} {' '.join(args)} printed no JSON (rc {done.returncode}):\n{done.stderr}"
-        )
-    return Run(done.returncode, summary, done.stderr, seconds)
 
 
 @dataclass
@@ -302,21 +243,8 @@ def write_inventory(cluster: Cluster, folder: Path, settings: dict[str, Any]) ->
     return folder / "inventory.ini"
 
 
-def host_vars(inventory: Path, host: str, values: dict[str, Any] | None) -> None:
-    path = inventory.parent / "host_vars" / f"{host}.yml"
-    if values is None:
-        path.unlink(missing_ok=True)
-    else:
-        path.write_text(yaml.safe_dump(values))
-
-
 def complete(url: str, prompt: str = "The capital of France is", timeout: float = 60.0) -> str:
-    body = json.dumps({"model": "smollm2", "prompt": prompt, "max_tokens": 4, "temperature": 0}).encode()
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
-    request = urllib.request.Request(f"{url}/v1/completions", data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        text: str = json.load(response)["choices"][0]["text"]
-    return text
+    return shared_complete(url, api_key=API_KEY, prompt=prompt, timeout=timeout)
 
 
 # -- the mixed cluster, converged once for the module --------------------------------------------------------
@@ -365,10 +293,7 @@ def serving_settings() -> dict[str, Any]:
         "vllm_serve_venv": str(engine.engine_venv()),
         "vllm_serve_api_key": API_KEY,
     }
-    shipped = shipped_profiles()["smollm2-cpu"]
-    if Path(shipped.model) != engine.model_dir():  # an engine cache outside the default folder
-        profile = shipped.model_dump(exclude_defaults=True)
-        settings["vllm_serve_profiles"] = {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}
+    settings.update(engine_profile_vars())  # the engine cache's model, if not in the default folder
     return settings
 
 
@@ -379,9 +304,7 @@ def site(
     """The mixed cluster: plan, apply, apply again (site.yml, ``provision --json``), timed and recorded."""
     engine.prepare()  # cached: instant after the first time
     started = time.monotonic()
-    cluster = sim_cluster_module_factory(
-        unique("site"), nodes=3, os_list=SITE_OS, npus=NPUS, binds=engine_binds()
-    )
+    cluster = sim_cluster_module_factory("site", nodes=3, os_list=SITE_OS, npus=NPUS, binds=engine_binds())
     up_s = time.monotonic() - started
     inventory = write_inventory(
         cluster, tmp_path_factory.mktemp("site"), group_vars(cluster, **serving_settings())
@@ -642,7 +565,7 @@ def test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_conver
     pre-change gate with what and how to fix, changing nothing."""
     npus = 2
     cluster = sim_cluster_factory(
-        unique("site-bad"),
+        "site-bad",
         nodes=4,
         os_list="ubuntu-22.04,openeuler-22.03,openeuler-24.03,ubuntu-22.04",
         npus=npus,
