@@ -37,6 +37,9 @@ FIRMWARE_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.\d+){0,2}$")  # 7.7.0.1.231
 CANN_VERSION = re.compile(r"^\d+\.\d+\.(\d+|RC\d+|rc\d+)(\.[0-9A-Za-z]+)?$")  # 9.1.0, 8.2.RC1, 8.3.RC2
 POOL_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+SHA256 = re.compile(r"^[0-9A-Fa-f]{64}$")
+# Archives a profile's model_url may name (what ansible.builtin.unarchive extracts on the node).
+MODEL_ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".zip")
 
 
 def _url(value: str) -> str:
@@ -147,6 +150,8 @@ class ServingProfile(_Strict):
 
     description: str | None = None
     model: Annotated[str, Field(min_length=1)]
+    model_url: Url | None = None
+    model_sha256: Annotated[str, _pattern(SHA256, "64 hex digits (the first column of sha256sum)")] | None = None
     served_model_name: str | None = None
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
     data_parallel_size: Annotated[int, Field(ge=1)] = 1
@@ -170,6 +175,31 @@ class ServingProfile(_Strict):
     env: dict[str, str | int | float] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
     load_budget_s: Annotated[float, Field(gt=0)] | None = None
+
+    @field_validator("model_url")
+    @classmethod
+    def _model_url_names_an_archive(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        model = info.data.get("model")
+        if model is not None and not model.startswith("/"):
+            raise ValueError(
+                f"weights downloaded from model_url need model: the absolute path of their folder on the "
+                f"node, not {model!r}"
+            )
+        parsed = urlparse(value)
+        if parsed.scheme == "file" and parsed.netloc:
+            raise ValueError(f"a file:// URL names a path on the node: file:///{parsed.netloc}{parsed.path}")
+        if parsed.query or parsed.fragment or not parsed.path.lower().endswith(MODEL_ARCHIVES):
+            raise ValueError(f"must name an archive of the model folder ({', '.join(MODEL_ARCHIVES)})")
+        return value
+
+    @field_validator("model_sha256")
+    @classmethod
+    def _model_sha256_needs_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and "model_url" in info.data and info.data["model_url"] is None:
+            raise ValueError("is the sha256 of the archive in model_url, which is not set")
+        return value
 
     @field_validator("data_parallel_size_local")
     @classmethod
@@ -260,6 +290,7 @@ class HostSettings(BaseModel):
     vllm_serve_profiles: dict[str, ServingProfile] = Field(default_factory=dict)
     vllm_serve_mode: Literal["container", "service"] | None = None
     vllm_serve_image_url: Url | Literal[""] | None = None
+    vllm_serve_model_reserve_mb: Annotated[int, Field(ge=0)] | None = None
     vllm_serve_container_devices: Literal["auto", "runtime", "device"] | None = None
 
 

@@ -70,6 +70,9 @@ class Instance:
     load_budget_s: float | None
     description: str = ""
     notes: list[str] = field(default_factory=list)
+    # Where the role fetches the weights when ``model`` is not on the node yet ('' = they must be there).
+    model_url: str = ""
+    model_sha256: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -258,6 +261,8 @@ def instances(
                 load_budget_s=profile.load_budget_s,
                 description=profile.description or "",
                 notes=notes,
+                model_url=profile.model_url or "",
+                model_sha256=(profile.model_sha256 or "").lower(),
             )
         )
     return out
