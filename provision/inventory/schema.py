@@ -151,7 +151,7 @@ class ServingProfile(_Strict):
     description: str | None = None
     model: Annotated[str, Field(min_length=1)]
     model_url: Url | None = None
-    model_sha256: Annotated[str, _pattern(SHA256, "64 hex digits (the first column of sha256sum)")] | None = None
+    model_sha256: Annotated[str, _pattern(SHA256, "64 hex digits (sha256sum's first column)")] | None = None
     served_model_name: str | None = None
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
     data_parallel_size: Annotated[int, Field(ge=1)] = 1
