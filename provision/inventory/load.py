@@ -34,7 +34,8 @@ class Origin:
 
 @dataclass(slots=True)
 class Inventory:
-    """The hosts and groups of one inventory source with each host's variables (unmerged with roles)."""
+    """The hosts and groups of one inventory source with each host's variables (unmerged with roles);
+    each group's hosts in Ansible's order (its ``groups`` variable)."""
 
     source: Path
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -115,7 +116,8 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
             raise InputError(f"{source}: variables of host {host.name} cannot be read: {where}") from None
         inventory.hosts[host.name] = _own_vars(host_vars)
     for name, group in manager.groups.items():
-        inventory.groups[name] = sorted(h.name for h in group.get_hosts())
+        # Ansible's order (the `groups` variable): multi-node serving groups are formed in it.
+        inventory.groups[name] = [h.name for h in group.get_hosts()]
     return inventory
 
 

@@ -97,6 +97,7 @@ def validate(inventory: Inventory) -> list[Issue]:
     _check_groups(inventory, report)
     for host, variables in inventory.hosts.items():
         _check_host(host, variables, report)
+    _check_serving_groups(inventory, report)
     return report.issues()
 
 
@@ -401,6 +402,67 @@ def _check_profiles(settings: HostSettings, add: AddFn) -> None:
                 f"{profile.data_parallel_size} x {profile.pipeline_parallel_size} = {needed} NPUs, "
                 f"the pool gives {len(pool.devices)} x {profile.nodes} node(s) = {have}",
             )
+
+
+def _check_serving_groups(inventory: Inventory, report: _Report) -> None:
+    """Multi-node pools (profile ``nodes`` > 1) across the hosts of ``npu_nodes``: the same grouping as at run
+    time (:func:`provision.serving.multinode.grouping_problems`), so a pool on 3 hosts of a 2-node profile is
+    refused here, naming the file, the hosts, the pool and the field, before any host is touched."""
+    from provision.serving.multinode import grouping_problems, inventory_view
+
+    hosts = inventory.group_hosts(HOST_GROUP)
+    usable = {host: _groupable(host, inventory.hosts.get(host, {})) for host in hosts}
+    for problem in grouping_problems(inventory_view(hosts, usable)):
+        for host in problem.hosts:
+            pools = inventory.hosts.get(host, {}).get("npu_pools_list") or []
+            index = next(
+                (
+                    i
+                    for i, item in enumerate(pools)
+                    if isinstance(item, Mapping) and item.get("name") == problem.pool
+                ),
+                0,
+            )
+            variables = inventory.hosts.get(host, {})
+            own = variables.get("vllm_serve_profiles")
+            path: Path_ = ("npu_pools_list", index, problem.field)
+            if problem.field == "profile" and isinstance(own, Mapping) and problem.profile in own:
+                path = ("vllm_serve_profiles", problem.profile)  # the host's own version of the profile
+            raw = {"npu_pools_list": pools, "vllm_serve_profiles": own}
+            origin = _origin_at(raw, path)
+            value = _walk(raw, path)
+            report.add(_scope_for(host, origin), _dotted(path), value, problem.message, origin)
+
+
+def _groupable(host: str, variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The host's serving variables as plain data, keeping only the pools that pass the per-host checks
+    (those that do not are reported already, and must not hide the cross-host problems)."""
+    view = {
+        name: _plain(variables[name])
+        for name in ("ansible_host", "npu_pools_list", "vllm_serve_profiles", "vllm_serve_env")
+        if name in variables and not _templated(variables[name])
+    }
+    pools = view.get("npu_pools_list")
+    view["npu_pools_list"] = [
+        item for item in (pools if isinstance(pools, list) else []) if _pool_groupable(host, item, view)
+    ]
+    return view
+
+
+def _pool_groupable(host: str, item: Any, view: Mapping[str, Any]) -> bool:
+    from provision.serving.multinode import grouping_problems
+
+    single = {
+        "host": host,
+        "pools": [item],
+        "profiles": view.get("vllm_serve_profiles") or {},
+        "env": view.get("vllm_serve_env") or {},
+    }
+    try:
+        grouping_problems([single])
+    except (InputError, ValueError):
+        return False
+    return True
 
 
 def _shipped_profiles() -> dict[str, ServingProfile]:

@@ -9,7 +9,10 @@ API server and the data-parallel coordinator, and every other member reaches it 
 
 The ``hccn_gate`` role computes the groups with :func:`serving_groups`, gates every NPU of every member,
 and only then publishes each host's place in its groups (:func:`host_ranks`, the ``hccn_gate_ranks``
-fact) for the ``vllm_serve`` role, which starts heads first and workers after. Pure functions.
+fact) for the ``vllm_serve`` role, which starts heads first and workers after. The same grouping serves
+``provision validate`` (:func:`grouping_problems`: refused before any host is touched), ``provision serve
+status`` (which host is a worker of which head) and the rolling upgrade's batches (:func:`rolling_batches`:
+a group's nodes always go in the same batch). Pure functions.
 """
 
 from __future__ import annotations
@@ -140,14 +143,28 @@ def hccl_host_ports(env: Mapping[str, str]) -> list[int]:
     return sorted(ports)
 
 
-def serving_groups(hosts: Iterable[Mapping[str, Any]]) -> list[ServingGroup]:
-    """The serving groups of every multi-node pool, from each host's inventory view, in inventory order.
+@dataclass(frozen=True)
+class GroupingProblem:
+    """Why the hosts of a multi-node pool do not form whole serving groups: ``hosts`` are the hosts that
+    define the pool (in inventory order), ``field`` the pool entry's field at fault."""
 
-    ``hosts``: ``{"host", "address", "pools" (npu_pools_list), "profiles" (vllm_serve_profiles),
-    "env" (vllm_serve_env)}`` per host of the inventory group. Raises :class:`ProfileError` when the hosts
-    of a pool cannot be split into whole groups, or when they disagree on what the profile is.
-    """
-    found: dict[tuple[str, str], list[tuple[Member, ServingProfile, NpuPool]]] = {}
+    pool: str
+    profile: str
+    hosts: tuple[str, ...]
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    member: Member
+    profile: ServingProfile
+    pool: NpuPool
+
+
+def _entries(hosts: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[_Entry]]:
+    """The hosts of every multi-node pool, keyed by (pool name, profile name), in inventory order."""
+    found: dict[tuple[str, str], list[_Entry]] = {}
     for raw in hosts:
         host = str(raw["host"])
         address = str(raw.get("address") or host)
@@ -164,30 +181,70 @@ def serving_groups(hosts: Iterable[Mapping[str, Any]]) -> list[ServingGroup]:
             check_fits(profile, pool, pool.profile)
             env = vllm_env(profile, pool, extra=_plain(raw.get("env") or {}))
             member = Member(host, address, tuple(pool.devices), env)
-            found.setdefault((pool.name, pool.profile), []).append((member, profile, pool))
+            found.setdefault((pool.name, pool.profile), []).append(_Entry(member, profile, pool))
+    return found
 
-    groups: list[ServingGroup] = []
-    for (pool_name, profile_name), entries in found.items():
-        nodes = entries[0][1].nodes
-        names = ", ".join(member.host for member, _, _ in entries)
-        if len(entries) % nodes:
-            raise ProfileError(
+
+def _problems(pool_name: str, profile_name: str, entries: Sequence[_Entry]) -> list[GroupingProblem]:
+    nodes = entries[0].profile.nodes
+    hosts = tuple(entry.member.host for entry in entries)
+    problems: list[GroupingProblem] = []
+    if len(entries) % nodes:
+        problems.append(
+            GroupingProblem(
+                pool_name,
+                profile_name,
+                hosts,
+                "profile",
                 f"pool {pool_name} (profile {profile_name}, {nodes} nodes per instance) is defined on "
-                f"{len(entries)} host(s) ({names}): not a multiple of {nodes}. Define it on every node of "
-                "each serving group, and on no other host."
+                f"{len(entries)} host(s) ({', '.join(hosts)}): not a multiple of {nodes}. Define it on every "
+                "node of each serving group, and on no other host.",
             )
-        for member, profile, pool in entries[1:]:
-            first_member, first_profile, first_pool = entries[0]
-            if profile != first_profile or len(pool.devices) != len(first_pool.devices):
-                raise ProfileError(
-                    f"pool {pool_name}: {member.host} and {first_member.host} see profile {profile_name} "
-                    "or the pool's NPU count differently; the nodes of a serving group must agree "
-                    "(set vllm_serve_profiles and npu_pools_list for the group, not per host)"
+        )
+    first = entries[0]
+    for entry in entries[1:]:
+        if entry.profile != first.profile or len(entry.pool.devices) != len(first.pool.devices):
+            problems.append(
+                GroupingProblem(
+                    pool_name,
+                    profile_name,
+                    (first.member.host, entry.member.host),
+                    "profile" if entry.profile != first.profile else "devices",
+                    f"pool {pool_name}: {entry.member.host} and {first.member.host} see profile "
+                    f"{profile_name} or the pool's NPU count differently; the nodes of a serving group "
+                    "must agree (set vllm_serve_profiles and npu_pools_list for the group, not per host)",
                 )
+            )
+    return problems
+
+
+def grouping_problems(hosts: Iterable[Mapping[str, Any]]) -> list[GroupingProblem]:
+    """Every reason the multi-node pools of ``hosts`` (as for :func:`serving_groups`) cannot be split into
+    whole serving groups, all at once (``provision validate`` reports them before any host is touched)."""
+    problems: list[GroupingProblem] = []
+    for (pool_name, profile_name), entries in _entries(hosts).items():
+        problems += _problems(pool_name, profile_name, entries)
+    return problems
+
+
+def serving_groups(hosts: Iterable[Mapping[str, Any]]) -> list[ServingGroup]:
+    """The serving groups of every multi-node pool, from each host's inventory view, in inventory order.
+
+    ``hosts``: ``{"host", "address", "pools" (npu_pools_list), "profiles" (vllm_serve_profiles),
+    "env" (vllm_serve_env)}`` per host of the inventory group (:func:`inventory_view`). Raises
+    :class:`ProfileError` when the hosts of a pool cannot be split into whole groups, or when they disagree
+    on what the profile is (the first of :func:`grouping_problems`).
+    """
+    groups: list[ServingGroup] = []
+    for (pool_name, profile_name), entries in _entries(hosts).items():
+        problems = _problems(pool_name, profile_name, entries)
+        if problems:
+            raise ProfileError(problems[0].message)
+        nodes = entries[0].profile.nodes
         count = len(entries) // nodes
         for number in range(count):
             chunk = entries[number * nodes : (number + 1) * nodes]
-            profile = chunk[0][1]
+            profile = chunk[0].profile
             native = profile.distributed_executor_backend != "ray"
             groups.append(
                 ServingGroup(
@@ -195,14 +252,82 @@ def serving_groups(hosts: Iterable[Mapping[str, Any]]) -> list[ServingGroup]:
                     profile=profile_name,
                     number=number + 1,
                     count=count,
-                    port=chunk[0][2].port,
+                    port=chunk[0].pool.port,
                     rpc_port=(profile.data_parallel_rpc_port or DEFAULT_DP_RPC_PORT) if native else None,
                     native_dp=native,
-                    members=tuple(member for member, _, _ in chunk),
+                    members=tuple(entry.member for entry in chunk),
                     load_budget_s=profile.load_budget_s,
                 )
             )
     return groups
+
+
+def inventory_view(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What :func:`serving_groups` reads of each host, from Ansible's ``hostvars`` (or any host -> variables
+    mapping): ``ansible_host``, ``npu_pools_list``, ``vllm_serve_profiles``, ``vllm_serve_env``."""
+    views = []
+    for host in hosts:
+        try:
+            values = hostvars[host]
+        except KeyError:
+            values = {}
+
+        def get(name: str, default: Any, values: Mapping[str, Any] = values) -> Any:
+            value = values.get(name) if hasattr(values, "get") else None
+            return default if value is None else value
+
+        views.append(
+            {
+                "host": str(host),
+                "address": get("ansible_host", str(host)),
+                "pools": get("npu_pools_list", []),
+                "profiles": get("vllm_serve_profiles", {}),
+                "env": get("vllm_serve_env", {}),
+            }
+        )
+    return views
+
+
+def rolling_batches(hosts: Sequence[str], groups: Iterable[ServingGroup], batch: int | str) -> list[int]:
+    """Sizes of consecutive batches of ``hosts`` (a play's hosts, in order) for a rolling run (the play's
+    ``serial`` as a list): ``batch`` hosts at a time (a number or ``N%`` of the hosts, at least 1), except
+    that a batch grows until it holds every member of each serving group it starts, so that a multi-node
+    group is restarted, gated and rolled back as a unit. Members outside ``hosts`` (``--limit``) are ignored
+    here: the HCCN gate refuses such a group."""
+    size = batch_size(batch, len(hosts))
+    index = {str(host): i for i, host in enumerate(hosts)}
+    last = list(range(len(hosts)))  # host i -> the last play index of any group it belongs to
+    for group in groups:
+        spots = [index[h] for h in group.hosts if h in index]
+        for spot in spots:
+            last[spot] = max(last[spot], *spots)
+    sizes: list[int] = []
+    start = 0
+    while start < len(hosts):
+        end = min(start + size, len(hosts))
+        spot = start
+        while spot < end:
+            end = max(end, last[spot] + 1)
+            spot += 1
+        sizes.append(end - start)
+        start = end
+    return sizes or [size]
+
+
+def batch_size(batch: int | str, count: int) -> int:
+    """``2`` or ``"25%"`` (of ``count`` hosts, rounded down) as a number of hosts, at least 1."""
+    text = str(batch).strip()
+    try:
+        if text.endswith("%"):
+            return max(1, int(float(text[:-1]) * count / 100))
+        value = int(text)
+    except ValueError:
+        raise ProfileError(
+            f"vllm_serve_upgrade_batch must be a number of nodes or a percentage (2, 25%), not {batch!r}"
+        ) from None
+    if value < 1:
+        raise ProfileError(f"vllm_serve_upgrade_batch must be at least 1, not {batch!r}")
+    return value
 
 
 def host_ranks(

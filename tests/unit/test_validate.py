@@ -44,6 +44,14 @@ def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
     return int(code) if isinstance(code, int) else 0
 
 
+MULTINODE_POOL = """\
+npu_pools_list:
+  - name: ds
+    devices: [0, 1, 2, 3, 4, 5, 6, 7]
+    port: 8000
+    profile: deepseek-r1-w8a8-2node
+"""
+
 # (case id, files, substrings the error output must contain)
 BROKEN: list[tuple[str, dict[str, str], list[str]]] = [
     (
@@ -183,6 +191,49 @@ BROKEN: list[tuple[str, dict[str, str], list[str]]] = [
         ["inventory.ini", "not a valid Ansible inventory"],
     ),
     (
+        # Multi-node (issue 5): a 2-node profile's pool must be on a multiple of 2 hosts of npu_nodes,
+        # grouped as at run time (provision.serving.multinode).
+        "multinode-pool-on-odd-hosts",
+        {
+            "inventory.ini": GOOD_INI + "node3 ansible_host=192.0.2.13\n",
+            "group_vars/npu_nodes.yml": MULTINODE_POOL,
+        },
+        [
+            "group_vars/npu_nodes.yml:5",
+            "group npu_nodes",
+            "npu_pools_list[0].profile = 'deepseek-r1-w8a8-2node'",
+            "pool ds (profile deepseek-r1-w8a8-2node, 2 nodes per instance) is defined on 3 host(s) "
+            "(node1, node2, node3): not a multiple of 2",
+        ],
+    ),
+    (
+        "multinode-pool-on-one-host-of-two",
+        {
+            "inventory.ini": GOOD_INI,
+            "host_vars/node2.yml": MULTINODE_POOL,
+        },
+        [
+            "host_vars/node2.yml:5",
+            "host node2",
+            "npu_pools_list[0].profile = 'deepseek-r1-w8a8-2node'",
+            "is defined on 1 host(s) (node2): not a multiple of 2",
+        ],
+    ),
+    (
+        "multinode-members-disagree",
+        {
+            "inventory.ini": GOOD_INI,
+            "group_vars/npu_nodes.yml": MULTINODE_POOL,
+            "host_vars/node2.yml": "vllm_serve_profiles:\n  deepseek-r1-w8a8-2node:\n    model: /elsewhere\n"
+            "    nodes: 2\n    tensor_parallel_size: 4\n    data_parallel_size: 4\n",
+        },
+        [
+            "host_vars/node2.yml:3: host node2: vllm_serve_profiles.deepseek-r1-w8a8-2node = ",
+            "group_vars/npu_nodes.yml:5: group npu_nodes: npu_pools_list[0].profile",
+            "pool ds: node2 and node1 see profile deepseek-r1-w8a8-2node or the pool's NPU count differently",
+        ],
+    ),
+    (
         "broken-group-vars-yaml",
         {"inventory.ini": GOOD_INI, "group_vars/npu_nodes.yml": "npu_pools_list: [\n"},
         ["inventory.ini", "npu_nodes.yml"],
@@ -251,6 +302,21 @@ def test_valid_inventory_passes(
     inventory = write_tree(tmp_path, {"inventory.ini": GOOD_INI, "group_vars/npu_nodes.yml": GOOD_POOLS})
     assert run_cli(["validate", str(inventory)], monkeypatch) == 0
     assert "ok (2 host(s)" in capsys.readouterr().out
+
+
+def test_multinode_pool_on_whole_groups_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four hosts make two 2-node groups; a single-node host without the pool is not counted."""
+    inventory = write_tree(
+        tmp_path,
+        {
+            "inventory.ini": GOOD_INI + "node3\nnode4\nlonely\n",
+            "group_vars/npu_nodes.yml": MULTINODE_POOL,
+            "host_vars/lonely.yml": "npu_pools_list: []\n",
+        },
+    )
+    assert run_cli(["validate", str(inventory)], monkeypatch) == 0, capsys.readouterr().err
 
 
 def test_shipped_example_inventory_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
