@@ -21,8 +21,10 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from provision.errors import InputError
+from provision.inventory.schema import HOST_GROUP
 from provision.serving import health
 from provision.serving.health import Endpoint, Timeouts, Verdict
+from provision.serving.multinode import host_ranks, inventory_view, serving_groups
 from provision.serving.profiles import Instance, instances
 
 _ARGS: dict[str, type | tuple[type, ...]] = {
@@ -113,6 +115,18 @@ class UnitWatch:
         return [line.rstrip() for line in text.splitlines() if line.strip()]
 
 
+def _place_fields(place: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``role`` (single, head or worker), and for a multi-node instance its ``head``, ``group``, ``hosts``."""
+    if not place:
+        return {"role": "single", "head": None, "group": None, "hosts": None}
+    return {
+        "role": str(place["role"]),
+        "head": str(place["head"]),
+        "group": str(place["group"]),
+        "hosts": [str(h) for h in place["hosts"]],
+    }
+
+
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -151,8 +165,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         check_mode = bool(self._task.check_mode)
         wait = bool(args.get("wait", True)) and not check_mode
 
-        endpoints = [self._gate(inst, host, api_key, args, var, wait=wait) for inst in found]
-        ready = all(item["ready"] for item in endpoints)
+        places = self._places(found, task_vars, var)
+        endpoints = []
+        for inst in found:
+            place = places.get(inst.pool)
+            if place and place["role"] == "worker":
+                endpoints.append(self._worker(inst, place, api_key))
+                continue
+            item = self._gate(inst, host, api_key, args, var, wait=wait)
+            endpoints.append({**item, **_place_fields(place)})
+        ready = all(item["ready"] for item in endpoints if item["role"] != "worker")
         result.update(changed=False, ready=ready, endpoints=endpoints)
         lines = [f"{item['pool']}: {item['state']} ({item['url']}): {item['message']}" for item in endpoints]
         result["msg"] = "\n".join(lines) if lines else "no pool with a serving profile on this node"
@@ -183,6 +205,55 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
                 except ValueError:
                     raise AnsibleActionFail(f"{name} must be a number, not {value!r}") from None
         return args
+
+    def _places(
+        self, found: list[Instance], task_vars: Mapping[str, Any], var: Callable[[str, Any], Any]
+    ) -> dict[str, Mapping[str, Any]]:
+        """This node's place in the multi-node serving groups of ``found`` (pool -> head or worker): the
+        HCCN gate's ``hccn_gate_ranks`` when this run has them, else worked out from the inventory as the
+        gate does (``provision serve status``). Empty when no instance spans several nodes."""
+        if not any(inst.nodes > 1 for inst in found):
+            return {}
+        ranks = var("hccn_gate_ranks", None)
+        if isinstance(ranks, Mapping) and all(inst.pool in ranks for inst in found if inst.nodes > 1):
+            return {str(k): v for k, v in ranks.items()}
+        group = str(var("hccn_gate_inventory_group", None) or HOST_GROUP)
+        hosts = list((task_vars.get("groups") or {}).get(group) or [])
+        me = str(var("inventory_hostname", ""))
+        try:
+            groups = serving_groups(inventory_view(hosts, task_vars.get("hostvars") or {}))
+        except (InputError, ValueError) as exc:
+            raise AnsibleActionFail(f"cannot work out the multi-node serving groups: {exc}") from exc
+        return host_ranks([g.as_dict() for g in groups], me)
+
+    def _worker(self, inst: Instance, place: Mapping[str, Any], api_key: str | None) -> dict[str, Any]:
+        """A headless worker serves no API: its row names its head (whose gate answers for the group) and
+        the unit's state, without probing."""
+        unit = UnitWatch(self._execute, inst.unit, every_s=0.0, track_pid=False)
+        unit.refresh()
+        unit_state = describe_unit(unit.state)
+        reason = (
+            f"worker of {place['head']}/{inst.pool} (serving group {place['group']}: "
+            f"{', '.join(place['hosts'])}; its head's gate answers for it) [{inst.unit}: {unit_state}]"
+        )
+        return {
+            "pool": inst.pool,
+            "unit": inst.unit,
+            "unit_state": unit_state,
+            "profile": inst.profile,
+            "budget_s": None,
+            "api_key": bool(api_key),
+            "url": "-",
+            "state": "worker",
+            "ready": None,
+            "model": inst.served_model_name,
+            "reason": reason,
+            "log_tail": [],
+            "seconds": 0.0,
+            "completion_s": None,
+            "message": reason,
+            **_place_fields(place),
+        }
 
     def _execute(self, command: str) -> dict[str, Any]:
         done: dict[str, Any] = self._low_level_execute_command(command, sudoable=True)

@@ -95,9 +95,12 @@ def endpoints(result: RunResult, out: Console, inventory: Path | None = None) ->
     """The serving instances the health gate saw, and how to query one."""
     out.line("endpoints:")
     for item in result.endpoints:
+        if item.role == "worker":  # headless: no API of its own, its head is the endpoint
+            continue
         model = f"  model {item.model}" if item.model else ""
-        out.line(f"  {item.host}/{item.pool}  {item.state:<11} {item.url}{model}")
-    ready = next((item for item in result.endpoints if item.ready), None)
+        group = f"  (serving group: {', '.join(item.hosts)})" if item.role == "head" and item.hosts else ""
+        out.line(f"  {item.host}/{item.pool}  {item.state:<11} {item.url}{model}{group}")
+    ready = next((item for item in result.endpoints if item.ready and item.role != "worker"), None)
     if ready is None:
         return
     auth = ' -H "Authorization: Bearer $VLLM_API_KEY"' if ready.api_key else ""

@@ -7,6 +7,9 @@ completion) and prints one line per endpoint; exit 1 unless all are ready.
 the inventory, through the ``vllm_health`` action plugin (ad-hoc, via ansible-runner): the endpoint is the
 node's address and the pool's port, liveness is the unit ``vllm-<pool>.service`` (so a refused port reads
 loading or failed, never just unreachable), and a failed instance shows the last lines of its journal.
+A multi-node group (issue 5) is probed through its head (ready = every rank joined); its headless workers
+serve no API and show as ``worker`` of their head, with their unit's state, and do not count: the verdict
+and the exit code are those of the heads and single-node instances.
 """
 
 from __future__ import annotations
@@ -129,13 +132,24 @@ def _inventory_status(
     rows = probe_inventory(
         inventory, api_key=api_key, completion_timeout=completion_timeout, limit=limit, log_lines=log_lines
     )
-    all_ready = bool(rows) and all(row["state"] == State.READY.value for row in rows)
+    all_ready = ready(rows)
     if as_json:
         typer.echo(json.dumps({"ready": all_ready, "endpoints": rows}, indent=2))
     else:
         _inventory_table(rows)
     if not all_ready:
         raise typer.Exit(1)
+
+
+WORKER = "worker"
+"""The state of a multi-node headless worker: no API of its own, its head's gate answers for the group."""
+
+
+def ready(rows: list[dict[str, Any]]) -> bool:
+    """Every instance that serves an API (single-node instances and multi-node heads) is ready, and there is
+    one at least; headless workers do not count (their head is ready only once every rank joined)."""
+    serving = [row for row in rows if row["state"] != WORKER]
+    return bool(serving) and all(row["state"] == State.READY.value for row in serving)
 
 
 def probe_inventory(
@@ -238,9 +252,12 @@ def _inventory_table(rows: list[dict[str, Any]]) -> None:
         out.line("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)) + f"  {row['reason']}")
         for line in row.get("log_tail") or []:
             out.line(f"    | {line}")
-    ready = sum(r["state"] == State.READY.value for r in rows)
+    serving = [r for r in rows if r["state"] != WORKER]
+    up = sum(r["state"] == State.READY.value for r in serving)
     hosts = len({r["host"] for r in rows})
-    out.line(f"{ready}/{len(rows)} ready on {hosts} host(s)")
+    workers = len(rows) - len(serving)
+    tail = f" (+ {workers} multi-node worker(s), answered for by their head)" if workers else ""
+    out.line(f"{up}/{len(serving)} ready on {hosts} host(s){tail}")
 
 
 def register(app: typer.Typer) -> None:

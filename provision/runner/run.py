@@ -259,6 +259,13 @@ class ServedEndpoint:
     ready: bool
     api_key: bool
     """The instance wants ``Authorization: Bearer <vllm_serve_api_key>``."""
+    role: str = "single"
+    """``single``, or in a multi-node serving group ``head`` (the API) or ``worker`` (headless, no API)."""
+    hosts: list[str] = field(default_factory=list)
+    """The nodes of its multi-node serving group, head first (empty for a single-node instance)."""
+
+
+_ENDPOINT_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_item_on_ok", "runner_item_on_failed")
 
 
 def _served(host: str, item: Mapping[str, Any]) -> ServedEndpoint:
@@ -270,6 +277,8 @@ def _served(host: str, item: Mapping[str, Any]) -> ServedEndpoint:
         state=str(item.get("state", "")),
         ready=bool(item.get("ready")),
         api_key=bool(item.get("api_key")),
+        role=str(item.get("role") or "single"),
+        hosts=[str(h) for h in item.get("hosts") or []],
     )
 
 
@@ -302,7 +311,8 @@ class _Collector:
             self.failures.append(Failure(host, task, failure_message(res), unreachable=True))
         elif kind == "playbook_on_stats":
             self._stats(data)
-        if kind in ("runner_on_ok", "runner_on_failed") and host and isinstance(res.get("endpoints"), list):
+        # The gate's results, also of each item of a looped gate (multi-node heads: group_gate.yml).
+        if kind in _ENDPOINT_EVENTS and host and isinstance(res.get("endpoints"), list):
             for item in res["endpoints"]:
                 if isinstance(item, Mapping):
                     served = _served(host, item)
