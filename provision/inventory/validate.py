@@ -412,7 +412,11 @@ def _check_serving_groups(inventory: Inventory, report: _Report) -> None:
 
     hosts = inventory.group_hosts(HOST_GROUP)
     usable = {host: _groupable(host, inventory.hosts.get(host, {})) for host in hosts}
-    for problem in grouping_problems(inventory_view(hosts, usable)):
+    try:
+        problems = grouping_problems(inventory_view(hosts, usable))
+    except (InputError, ValueError):  # what a host's own checks report already
+        return
+    for problem in problems:
         for host in problem.hosts:
             pools = inventory.hosts.get(host, {}).get("npu_pools_list") or []
             index = next(
@@ -442,11 +446,25 @@ def _groupable(host: str, variables: Mapping[str, Any]) -> dict[str, Any]:
         for name in ("ansible_host", "npu_pools_list", "vllm_serve_profiles", "vllm_serve_env")
         if name in variables and not _templated(variables[name])
     }
+    profiles = view.get("vllm_serve_profiles")
+    view["vllm_serve_profiles"] = {
+        name: raw for name, raw in (profiles.items() if isinstance(profiles, Mapping) else []) if _parses(raw)
+    }
+    if not isinstance(view.get("vllm_serve_env", {}), Mapping):
+        view["vllm_serve_env"] = {}
     pools = view.get("npu_pools_list")
     view["npu_pools_list"] = [
         item for item in (pools if isinstance(pools, list) else []) if _pool_groupable(host, item, view)
     ]
     return view
+
+
+def _parses(raw: Any) -> bool:
+    try:
+        ServingProfile.model_validate(raw)
+    except (ValidationError, ValueError):
+        return False
+    return True
 
 
 def _pool_groupable(host: str, item: Any, view: Mapping[str, Any]) -> bool:

@@ -18,7 +18,7 @@ a group's nodes always go in the same batch). Pure functions.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -288,17 +288,17 @@ def inventory_view(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any
     return views
 
 
-def rolling_batches(hosts: Sequence[str], groups: Iterable[ServingGroup], batch: int | str) -> list[int]:
+def rolling_batches(hosts: Sequence[str], groups: Iterable[Sequence[str]], batch: int | str) -> list[int]:
     """Sizes of consecutive batches of ``hosts`` (a play's hosts, in order) for a rolling run (the play's
     ``serial`` as a list): ``batch`` hosts at a time (a number or ``N%`` of the hosts, at least 1), except
     that a batch grows until it holds every member of each serving group it starts, so that a multi-node
-    group is restarted, gated and rolled back as a unit. Members outside ``hosts`` (``--limit``) are ignored
-    here: the HCCN gate refuses such a group."""
+    group is restarted, gated and rolled back as a unit. ``groups``: the hosts of each serving group.
+    Members outside ``hosts`` (``--limit``) are ignored here: the HCCN gate refuses such a group."""
     size = batch_size(batch, len(hosts))
     index = {str(host): i for i, host in enumerate(hosts)}
     last = list(range(len(hosts)))  # host i -> the last play index of any group it belongs to
     for group in groups:
-        spots = [index[h] for h in group.hosts if h in index]
+        spots = [index[str(h)] for h in group if str(h) in index]
         for spot in spots:
             last[spot] = max(last[spot], *spots)
     sizes: list[int] = []
@@ -366,3 +366,62 @@ def host_ranks(
             "ifname": ifname,
         }
     return ranks
+
+
+def group_outcomes(
+    instances: Sequence[Mapping[str, Any]],
+    facts: Callable[[str, str], Any],
+    *,
+    rollback: bool,
+) -> dict[str, dict[str, Any]]:
+    """After the heads' health gate: the multi-node pools of this node whose group failed it, by pool.
+
+    ``instances``: this node's ``vllm_serve`` instances (``multinode`` = its place in the group, from
+    :func:`host_ranks`); ``facts(host, name)``: a fact of a member (``hostvars``). The role's facts read:
+    ``__vllm_serve_head_verdicts`` (the head: pool -> its endpoint verdict), ``__vllm_serve_group_restart``
+    (pools restarted in this run), ``__vllm_serve_snapshot`` (pools whose running configuration was kept as
+    ``previous/`` on that member) and ``__vllm_serve_new`` (pools installed for the first time there).
+
+    A failed group goes back as a unit when ``rollback`` is on, it was restarted for a change in this run,
+    at least one member kept a previous configuration and no member is new (one node alone cannot go
+    back). Each outcome: ``verdict`` (the head's), ``rollback`` (bool), ``why_not`` (when not), ``group``,
+    ``head``, ``hosts``, ``workers``, ``restore`` (this node keeps a ``previous/`` to restore)."""
+
+    def listed(host: str, name: str) -> list[str]:
+        value = facts(host, name)
+        return [str(v) for v in value] if isinstance(value, list | tuple) else []
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in instances:
+        group = item.get("multinode")
+        if not group:
+            continue
+        pool = str(item["pool"])
+        head = str(group["head"])
+        verdicts = facts(head, "__vllm_serve_head_verdicts")
+        verdict = verdicts.get(pool) if isinstance(verdicts, Mapping) else None
+        if not isinstance(verdict, Mapping) or verdict.get("ready"):
+            continue
+        hosts = [str(h) for h in group.get("hosts") or []]
+        me = hosts[int(group.get("index", 0))] if hosts else head
+        restarted = any(pool in listed(h, "__vllm_serve_group_restart") for h in hosts)
+        kept = [h for h in hosts if pool in listed(h, "__vllm_serve_snapshot")]
+        new = [h for h in hosts if pool in listed(h, "__vllm_serve_new")]
+        why_not = ""
+        if not rollback:
+            why_not = "vllm_serve_rollback is off"
+        elif not restarted or not kept:
+            why_not = "no previous configuration to go back to (its arguments and environment did not change)"
+        elif new:
+            why_not = f"no previous configuration on {', '.join(new)} (new there): the group cannot go back"
+        out[pool] = {
+            "verdict": dict(verdict),
+            "rollback": not why_not,
+            "why_not": why_not,
+            "group": str(group.get("group", pool)),
+            "head": head,
+            "hosts": hosts,
+            "workers": hosts[1:],
+            "restore": pool in listed(me, "__vllm_serve_snapshot"),
+        }
+    return out

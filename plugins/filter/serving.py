@@ -1,0 +1,82 @@
+"""Filters for multi-node serving (issue 5), thin wrappers over provision.serving.multinode.
+
+Imports happen inside the filters: Ansible loads every filter file in each task's worker, and
+provision.serving.multinode pulls in pydantic (~0.25 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+
+def _fact(hostvars: Any) -> Callable[[str, str], Any]:
+    def get(host: str, name: str) -> Any:
+        try:
+            values = hostvars[host]
+        except KeyError:
+            return None
+        return values.get(name) if hasattr(values, "get") else None
+
+    return get
+
+
+GROUP_PREFIX = "provision_serving_group_"
+"""In-memory inventory groups playbooks/upgrade.yml makes of the nodes of each multi-node serving group."""
+
+
+def provision_serve_group_members(hosts: Sequence[str], hostvars: Any) -> list[list[Any]]:
+    """``[[1, "node1"], [1, "node2"], [2, "node3"], ...]``: each multi-node serving group of ``hosts`` (the
+    inventory group, in order; :func:`provision.serving.multinode.serving_groups`) numbered from 1, with its
+    hosts, for ``add_host`` into the groups ``provision_serving_group_<n>``."""
+    from ansible.errors import AnsibleFilterError
+
+    from provision.errors import InputError
+    from provision.serving.multinode import inventory_view, serving_groups
+
+    names = [str(h) for h in hosts]
+    try:
+        found = serving_groups(inventory_view(names, hostvars))
+    except (InputError, ValueError) as exc:
+        raise AnsibleFilterError(f"provision_serve_group_members: {exc}") from exc
+    return [[number, host] for number, group in enumerate(found, start=1) for host in group.hosts]
+
+
+def provision_serve_batches(
+    hosts: Sequence[str], play_hosts: Sequence[str], groups: Mapping[str, Sequence[str]], batch: Any = 1
+) -> list[int]:
+    """The ``serial`` of a rolling play over ``hosts`` (the inventory group, in order) restricted to
+    ``play_hosts`` (``--limit``): ``batch`` nodes at a time (or ``N%``), each batch grown to hold whole
+    serving groups, read from the inventory groups ``provision_serving_group_<n>``
+    (:func:`provision.serving.multinode.rolling_batches`)."""
+    from ansible.errors import AnsibleFilterError
+
+    from provision.errors import InputError
+    from provision.serving.multinode import rolling_batches
+
+    allowed = {str(h) for h in play_hosts}
+    ordered = [str(h) for h in hosts if str(h) in allowed]
+    members = [list(map(str, names)) for name, names in groups.items() if str(name).startswith(GROUP_PREFIX)]
+    try:
+        return rolling_batches(ordered, members, batch)
+    except (InputError, ValueError) as exc:
+        raise AnsibleFilterError(f"provision_serve_batches: {exc}") from exc
+
+
+def provision_serve_group_outcomes(
+    instances: Sequence[Mapping[str, Any]], hostvars: Any, rollback: bool = True
+) -> dict[str, dict[str, Any]]:
+    """The multi-node pools of this node whose group failed its head's gate, and whether the group goes back
+    (:func:`provision.serving.multinode.group_outcomes`)."""
+    from provision.serving.multinode import group_outcomes
+
+    return group_outcomes(instances, _fact(hostvars), rollback=bool(rollback))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "provision_serve_group_members": provision_serve_group_members,
+            "provision_serve_batches": provision_serve_batches,
+            "provision_serve_group_outcomes": provision_serve_group_outcomes,
+        }
