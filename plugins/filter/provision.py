@@ -17,6 +17,15 @@ def provision_inventory_issues(hostvars: Mapping[str, Any]) -> list[str]:
     return host_issues(host, variables)
 
 
+def provision_inventory_issues_of(hostvars: Mapping[str, Any], hosts: list[str]) -> dict[str, list[str]]:
+    """``provision_inventory_issues`` of each of ``hosts`` (e.g. ``ansible_play_batch``), host -> problems:
+    one task for the whole play instead of one per host, each loading the validator."""
+    return {str(host): provision_inventory_issues(hostvars[host]) for host in hosts}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"provision_inventory_issues": provision_inventory_issues}
+        return {
+            "provision_inventory_issues": provision_inventory_issues,
+            "provision_inventory_issues_of": provision_inventory_issues_of,
+        }

@@ -86,7 +86,7 @@ def test_limit_and_tags_reach_ansible(tmp_path: Path) -> None:
     # only the OS/arch/Python checks ran (+ facts, argument spec checks): no NPU probe, no disk check
     events = Path(summary["run_dir"]).glob("artifacts/*/job_events/*.json")
     tasks = {json.loads(p.read_text()).get("event_data", {}).get("task") for p in events}
-    assert "Check the CPU architecture" in tasks
+    assert "Check the operating system, the CPU architecture and Python" in tasks
     assert "Probe NPUs, drivers and disk space" not in tasks
     assert "Check free disk space" not in tasks
     assert "Write one environment file per pool" not in tasks

@@ -152,6 +152,8 @@ def test_plan_apply_and_a_repeat_that_changes_nothing(stack: tuple[Cluster, Path
     for node in ("node1", "node2"):
         assert engine_started(cluster, node) == started[node]
         assert engine_stops(cluster, node) == 1
+    # a converged node ends the role after reading its state: no engine, runtime or daemon.json task runs
+    assert again.events("container_runtime : Enable and start the engine") == {}
     # on a converged cluster the plan shows nothing
     converged = provision("plan", inventory, "container_runtime")
     assert converged.rc == 0, converged.explain()
@@ -161,6 +163,33 @@ def test_plan_apply_and_a_repeat_that_changes_nothing(stack: tuple[Cluster, Path
         f"apply {first.summary['seconds']} s, no-op apply {again.summary['seconds']} s, "
         f"no-op plan {converged.summary['seconds']} s"
     )
+
+
+def test_drift_on_a_converged_node_is_repaired(stack: tuple[Cluster, Path]) -> None:
+    """The role's early end on a converged node must not hide drift: a daemon.json edited by hand (the
+    default runtime dropped) and an engine stopped and disabled are both put back."""
+    cluster, inventory = stack
+    edited = {key: value for key, value in daemon_json(cluster, "node1").items() if key != "default-runtime"}
+    sh(cluster, "node1", f"echo '{json.dumps(edited)}' > /etc/docker/daemon.json")
+    sh(cluster, "node2", "systemctl disable --now docker.service")
+    assert sh(cluster, "node2", "systemctl is-enabled docker", check=False).stdout.strip() == "disabled"
+
+    run = provision("apply", inventory, "container_runtime")
+    assert run.rc == 0, run.explain()
+    assert "container_runtime : Write daemon.json" in run.tasks("node1"), run.tasks("node1")
+    assert "container_runtime : Enable and start the engine" in run.tasks("node2"), run.tasks("node2")
+    repaired = daemon_json(cluster, "node1")
+    assert repaired["default-runtime"] == "ascend"
+    assert {k: repaired[k] for k in USER_DAEMON} == USER_DAEMON
+    for node in ("node1", "node2"):
+        assert sh(
+            cluster, node, "systemctl is-active docker; systemctl is-enabled docker"
+        ).stdout.split() == [
+            "active",
+            "enabled",
+        ]
+    again = provision("apply", inventory, "container_runtime")
+    assert again.changed() == {"node1": 0, "node2": 0}, again.summary["changes"]
 
 
 def cluster_arch(cluster: Cluster) -> str:

@@ -8,9 +8,11 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from provision.ascend.hccn_gate import gate_problems, node_address, ping_plan, refusal_message
 from provision.errors import InputError
-from provision.serving.multinode import host_ranks, serving_groups
+
+# provision.serving.multinode (pydantic) and provision.ascend.hccn_gate are imported inside the filters:
+# Ansible imports every filter file of the search path in each task's worker process, and only the tasks
+# that call these filters should pay for those imports.
 
 # Registered results of the role's two probes, read from every member's hostvars.
 LOCAL = "__hccn_gate_local"
@@ -38,6 +40,10 @@ def hccn_gate_groups(hosts: Sequence[str], hostvars: Any) -> list[dict[str, Any]
         }
         for host in hosts
     ]
+    if not any(isinstance(p, Mapping) and p.get("profile") for m in members for p in m["pools"] or []):
+        return []  # nothing is served: no group (and no need to load the profiles)
+    from provision.serving.multinode import serving_groups
+
     try:
         return [group.as_dict() for group in serving_groups(members)]
     except (InputError, ValueError) as exc:
@@ -80,6 +86,8 @@ def _probe(hostvars: Any, host: str, name: str) -> dict[str, Any] | None:
 
 def hccn_gate_pings(groups: Sequence[Mapping[str, Any]], host: str, hostvars: Any) -> list[dict[str, Any]]:
     """The pings ``host`` sends: to the NPU at the same position of every other member of its groups."""
+    from provision.ascend.hccn_gate import ping_plan
+
     plan: list[dict[str, Any]] = []
     for group in hccn_gate_mine(groups, host):
         probes = {h: _probe(hostvars, h, LOCAL) for h in group["hosts"]}
@@ -98,6 +106,8 @@ def hccn_gate_verdict(
 ) -> dict[str, Any]:
     """``{"ok", "message", "groups": [{"name", "ok", "problems"}]}`` for the groups of ``host``: the same
     verdict on every member, from every member's probes."""
+    from provision.ascend.hccn_gate import gate_problems, refusal_message
+
     verdicts = []
     for group in hccn_gate_mine(groups, host):
         hosts = [str(h) for h in group["hosts"]]
@@ -134,6 +144,9 @@ def hccn_gate_ranks(
     groups: Sequence[Mapping[str, Any]], host: str, local: Mapping[str, Any] | None, address: str
 ) -> dict[str, dict[str, Any]]:
     """``host``'s place in its groups (for vllm_serve), with its address and interface for HCCL_IF_IP."""
+    from provision.ascend.hccn_gate import node_address
+    from provision.serving.multinode import host_ranks
+
     probe = local.get("probe") if isinstance(local, Mapping) else None
     ip, ifname = node_address(probe or {}, str(address))
     return host_ranks(hccn_gate_mine(groups, host), host, node_ip=ip, ifname=ifname)

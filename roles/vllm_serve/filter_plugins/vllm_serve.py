@@ -8,18 +8,11 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from provision.ascend import lock
 from provision.errors import InputError
-from provision.image.spec import DEFAULT_OS, DEFAULT_SOC, Target
-from provision.serving.container import (
-    DRIVER_MOUNTS,
-    MANAGER_DEVICES,
-    NPU_DEVICE,
-    ContainerSettings,
-    container_name,
-    run_argv,
-)
-from provision.serving.profiles import NodeRank, args_file, env_file, instances
+
+# provision.serving.profiles, the lock and the image spec (pydantic, yaml) are imported inside the filters
+# that use them: Ansible imports every filter file of the search path in each task's worker process, and
+# these imports cost ~0.2 s there. Only the tasks that call those filters should pay it.
 
 HEADER = "# Managed by provision (vllm_serve role): changes here are overwritten.\n"
 
@@ -43,6 +36,8 @@ def vllm_serve_instances(
     passed the HCCN gate (pool -> index, role, head_address, node_ip, ifname ...). ``multinode`` is that
     entry (None: not gated yet, or a single-node pool), ``start`` is ``single``, ``head`` or ``worker``;
     a worker runs ``headless_command`` (``vllm serve``: only the CLI honours ``--headless``)."""
+    from provision.serving.profiles import NodeRank, args_file, env_file, instances
+
     checksums = pool_checksums or {}
     gated = ranks or {}
     try:
@@ -122,6 +117,9 @@ def vllm_serve_containerize(
     the instances unchanged (service mode)."""
     if not settings:
         return [dict(item) for item in instances]
+    from provision.serving.container import ContainerSettings, container_name, run_argv
+    from provision.serving.profiles import args_file
+
     try:
         options = ContainerSettings(
             image=str(settings.get("image") or ""),
@@ -153,25 +151,33 @@ def vllm_serve_container_paths(
 ) -> list[str]:
     """Device mode: the device nodes the node's instances need (their ``/dev/davinciN`` and the manager
     devices), then, unless ``devices_only``, the driver files a container gets when they exist."""
+    from provision.serving.container import DRIVER_MOUNTS, MANAGER_DEVICES, NPU_DEVICE
+
     paths = sorted({NPU_DEVICE.format(int(d)) for item in instances for d in item["devices"]})
     paths += list(MANAGER_DEVICES) if paths else []
     return paths if devices_only or not paths else [*paths, *DRIVER_MOUNTS]
 
 
 def vllm_serve_image_tag(
-    stack: str | None, arch: str = "aarch64", os_variant: str = DEFAULT_OS, soc: str = DEFAULT_SOC
+    stack: str | None, arch: str = "aarch64", os_variant: str | None = None, soc: str | None = None
 ) -> str:
     """The serving image's tag for a stack of the version lock (the lock's default when empty), as
-    ``provision image build`` tags it: ``0.23.0-cann9.1.0-openeuler24.03-arm64``."""
+    ``provision image build`` tags it: ``0.23.0-cann9.1.0-openeuler24.03-arm64``. ``os_variant`` and
+    ``soc`` default to the image spec's defaults."""
+    from provision.ascend import lock
+    from provision.image.spec import DEFAULT_OS, DEFAULT_SOC, Target
+
     try:
         name = str(stack or lock.load_lock()["default"])
-        return Target(name, os_variant=os_variant, soc=soc, arch=arch).tag
+        return Target(name, os_variant=os_variant or DEFAULT_OS, soc=soc or DEFAULT_SOC, arch=arch).tag
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_serve: {exc}") from exc
 
 
 def vllm_serve_env_file(env: Mapping[str, Any]) -> str:
     """A systemd EnvironmentFile body (values quoted and escaped)."""
+    from provision.serving.profiles import env_file
+
     try:
         return env_file({str(key): str(value) for key, value in (env or {}).items()})
     except (InputError, ValueError) as exc:
