@@ -75,7 +75,7 @@ def up(
 
         cluster.group_vars_path.parent.mkdir(parents=True, exist_ok=True)
         with cluster.group_vars_path.open("a", encoding="utf-8") as handle:
-            handle.write(serving_group_vars())
+            handle.write(serving_group_vars(cluster_dir=cluster.dir))
     for node in cluster.nodes:
         out.line(f"{node.name:<8} {node.ip:<15} {node.flavour}")
     t = cluster.timings

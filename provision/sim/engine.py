@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from provision.serving import engine
-from provision.sim import rootfs, serve_image
+from provision.sim import repos, rootfs, serve_image
 
 
 def engine_binds() -> list[str]:
@@ -67,20 +67,26 @@ def engine_profile_vars() -> dict[str, object]:
     return {"vllm_serve_profiles": {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}}
 
 
-def serving_group_vars(mode: str = SERVE_MODE) -> str:
+def serving_group_vars(mode: str = SERVE_MODE, cluster_dir: Path | None = None) -> str:
     """YAML for ``group_vars/npu_nodes.yml``: each node serves SmolLM2 from the cached engine.
 
     ``container``: in a container of the image :mod:`provision.sim.serve_image` builds (written here when
-    missing), ``docker load``ed by the role from its ``file://`` URL, with the engine's paths as read-only
-    volumes. ``service``: from the engine's venv.
+    missing), with the engine's paths as read-only volumes. When ``cluster_dir`` (``Cluster.dir``) serves a
+    mirror, the image goes on it and the role downloads it over HTTP, verifies it against the mirror's
+    ``images/sha256sums.txt`` and ``docker load``s it, as an air-gapped site does; else the role loads it
+    from its ``file://`` URL with the sha256 pinned. ``service``: from the engine's venv.
     """
     settings: dict[str, object] = {"npu_pools_list": [SERVE_POOL], "vllm_serve_mode": mode}
     if mode == "container":
         image = serve_image.ensure_serve_image()
+        if cluster_dir is not None and repos.served(cluster_dir) is not None:
+            url, image = serve_image.mirror_serve_image(cluster_dir, image)
+            source: dict[str, object] = {"vllm_serve_image_url": url}  # sha256 from sha256sums.txt
+        else:
+            source = {"vllm_serve_image_url": image.url, "vllm_serve_image_checksum": image.sha256}
         settings.update(
             vllm_serve_image=image.tag,
-            vllm_serve_image_url=image.url,
-            vllm_serve_image_checksum=image.sha256,
+            **source,
             vllm_serve_container_volumes=container_volumes(),
         )
     else:

@@ -971,6 +971,66 @@ def served(cluster_dir: Path) -> Served | None:
         return None
 
 
+def publish_file(
+    mirror_root: Path, folder: str, source: Path, sha256: str, *, replaces: str | None = None
+) -> str:
+    """Make ``source`` part of the mirror at ``mirror_root`` as ``<folder>/<its name>``, listed in
+    ``<folder>/sha256sums.txt`` (sha256sum format) beside it; returns its path below the mirror's URL.
+
+    A hard link when both are on one file system, else a copy: files cached elsewhere (the model archive,
+    the serving image) join the mirror on demand, and the mirror's cache key and build are untouched.
+    ``replaces``: a glob of older files of ``folder`` this one supersedes (removed, with their lines).
+    """
+    dest_dir = Path(mirror_root) / folder
+    dest_dir.mkdir(exist_ok=True)
+    with locked(dest_dir / ".lock"):
+        dest = dest_dir / source.name
+        if not (dest.is_file() and _same_file(dest, source)):
+            tmp = dest_dir / f".{dest.name}.{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(source, tmp)
+            except OSError:
+                shutil.copyfile(source, tmp)
+            tmp.replace(dest)
+        sums = dest_dir / "sha256sums.txt"
+        listed = read_sums(sums)
+        stale = {path.name for path in dest_dir.glob(replaces)} - {dest.name} if replaces else set()
+        for name in stale:
+            (dest_dir / name).unlink(missing_ok=True)
+        wanted = {name: sha for name, sha in listed.items() if name not in stale} | {dest.name: sha256}
+        if wanted != listed:
+            tmp_sums = sums.with_name(sums.name + ".tmp")
+            tmp_sums.write_text("".join(f"{sha}  {name}\n" for name, sha in sorted(wanted.items())))
+            tmp_sums.replace(sums)
+    return f"{folder}/{dest.name}"
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """A ``sha256sums.txt``: file name -> sha256 (nothing when the file is missing)."""
+    listed: dict[str, str] = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        fields = line.split()
+        if len(fields) == 2:
+            listed[fields[1].lstrip("*")] = fields[0]
+    return listed
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    first, second = a.stat(), b.stat()
+    if (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino):
+        return True
+    return first.st_size == second.st_size and _file_sha256(a) == _file_sha256(b)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as data:
+        while chunk := data.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def group_vars(url: str) -> str:
     """Variables pointing the roles at the mirror served at ``url`` (``group_vars/npu_nodes.yml``)."""
     return (

@@ -15,9 +15,12 @@ read-only volumes (``vllm_serve_container_volumes``). So ``docker run IMAGE --mo
 node runs ``$VLLM_PYTHON -m vllm.entrypoints.openai.api_server --model ...``, like the production image.
 
 The tarballs are cached in ``<sim cache>/serve-images/`` (``$PROVISION_SIM_CACHE``, default
-``/var/cache/provision-sim``) and reach the nodes as a read-only bind mount at the same path
-(:func:`image_binds`), where the role ``docker load``s them from a ``file://`` URL
-(``vllm_serve_image_url``), the way an air-gapped site loads them from its mirror.
+``/var/cache/provision-sim``). :func:`mirror_serve_image` hard-links the serving image into the cluster's
+HTTP mirror as ``images/vllm-cpu-<key>.tar`` with its line in ``images/sha256sums.txt`` (beside the
+container runtime's verification image), so the role downloads it from an ``http://`` URL
+(``vllm_serve_image_url``), verifies it against that file and ``docker load``s it, the way an air-gapped
+site loads the image from its mirror; the mirror's cache key and build are untouched. The tarballs also
+reach the nodes as a read-only bind mount at the same path (:func:`image_binds`), for ``file://`` URLs.
 
 :func:`broken_image` writes a small image whose entrypoint is missing, for rolling-upgrade drills.
 """
@@ -33,7 +36,7 @@ from pathlib import Path
 from provision.errors import ProvisionError
 from provision.image.context import default_context_dir
 from provision.serving import engine
-from provision.sim import images, rootfs
+from provision.sim import images, repos, rootfs
 from provision.sim.system import locked
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "ensure_serve_image",
     "image_binds",
     "images_dir",
+    "mirror_serve_image",
 ]
 
 IMAGE_REPOSITORY = "provision-sim/vllm-cpu"
@@ -52,6 +56,8 @@ IMAGE_TAG = f"{IMAGE_REPOSITORY}:{engine.SPEC['vllm'].split('==')[-1]}"
 BROKEN_TAG = f"{IMAGE_REPOSITORY}:broken"
 ENTRYPOINT_DIR = "/opt/provision"
 ENTRYPOINT_FILES = ("entrypoint.sh", "ascend-env.sh")
+MIRROR_FOLDER = "images"
+"""The mirror's folder for images (the container runtime's verification image is there too)."""
 CONTENT_VERSION = 1
 """Bump when what :func:`ensure_serve_image` writes changes."""
 
@@ -138,6 +144,18 @@ def ensure_serve_image(*, force: bool = False) -> ServeImage:
                 if stale != dest:
                     stale.unlink(missing_ok=True)
         return ServeImage(dest, IMAGE_TAG, _sha256(dest), dest.stat().st_size, seconds)
+
+
+def mirror_serve_image(cluster_dir: Path, image: ServeImage | None = None) -> tuple[str, ServeImage]:
+    """Put the serving image (default :func:`ensure_serve_image`) on the mirror a cluster serves
+    (``Cluster.dir``): its ``http://`` URL and the image. Older serving images leave the mirror."""
+    served = repos.served(cluster_dir)
+    if served is None:
+        raise ProvisionError(f"the cluster in {cluster_dir} serves no mirror (started with mirror=False?)")
+    image = image or ensure_serve_image()
+    keyed = "vllm-cpu-" + "?" * 12 + ".tar"  # the names ensure_serve_image writes (not the broken image's)
+    path = repos.publish_file(served.root, MIRROR_FOLDER, image.path, image.sha256, replaces=keyed)
+    return f"{served.url}/{path}", image
 
 
 def broken_image(tag: str = BROKEN_TAG) -> ServeImage:

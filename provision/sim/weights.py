@@ -17,7 +17,6 @@ into the mirror on demand (:func:`publish`), so the mirror's own cache key, and 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tarfile
 import time
@@ -123,23 +122,7 @@ def ensure_model_archive(cache: Path | None = None, model_dir: Path | None = Non
 def publish(mirror_root: Path, archive: ModelArchive) -> str:
     """Make ``archive`` part of the mirror at ``mirror_root`` (``models/<name>`` + ``models/sha256sums.txt``);
     returns its path below the mirror's URL. A hard link when both are on one file system, else a copy."""
-    folder = Path(mirror_root) / FOLDER
-    folder.mkdir(exist_ok=True)
-    with locked(folder / ".lock"):
-        dest = folder / archive.path.name
-        if not (dest.is_file() and dest.stat().st_size == archive.size and _same(dest, archive.path)):
-            tmp = folder / f".{dest.name}.{os.getpid()}"
-            tmp.unlink(missing_ok=True)
-            try:
-                os.link(archive.path, tmp)
-            except OSError:
-                shutil.copyfile(archive.path, tmp)
-            tmp.replace(dest)
-        sums = folder / SHA256SUMS
-        listed = _read_sums(sums)
-        if listed.get(dest.name) != archive.sha256:
-            _write_sums(sums, {**listed, dest.name: archive.sha256})
-    return archive.relative_url()
+    return repos.publish_file(Path(mirror_root), FOLDER, archive.path, archive.sha256)
 
 
 def mirror_model(cluster_dir: Path) -> tuple[str, ModelArchive]:
@@ -172,26 +155,12 @@ def _key(model_dir: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def _same(a: Path, b: Path) -> bool:
-    first, second = a.stat(), b.stat()
-    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino) or _sha256(a) == _sha256(b)
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as data:
         while chunk := data.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _read_sums(path: Path) -> dict[str, str]:
-    listed: dict[str, str] = {}
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        fields = line.split()
-        if len(fields) == 2:
-            listed[fields[1].lstrip("*")] = fields[0]
-    return listed
 
 
 def _write_sums(path: Path, listed: dict[str, str]) -> None:
