@@ -258,6 +258,16 @@ VALIDATE_CASES: list[tuple[str, str, list[str]]] = [
         ["npu_pools_list[0].profile = 'deepseek-r1-w8a8-2node'", "= 16 NPUs", "4 x 2 node(s) = 8"],
     ),
     (
+        "multi-node-ray",
+        """\
+        npu_pools_list: [{name: r, devices: [0, 1, 2, 3, 4, 5, 6, 7], port: 8000, profile: pp2}]
+        vllm_serve_profiles:
+          pp2: {model: /m, nodes: 2, tensor_parallel_size: 8, pipeline_parallel_size: 2,
+                distributed_executor_backend: ray}
+        """,
+        ["npu_pools_list[0].profile = 'pp2'", "distributed_executor_backend: ray", "not in this version"],
+    ),
+    (
         "port-clash",
         """\
         npu_pools_list:
