@@ -384,12 +384,12 @@ def _check_profiles(settings: HostSettings, add: AddFn) -> None:
             if not ENV_NAME.match(key):
                 add((*base, "env", key), key, "environment names are upper case letters, digits and '_'")
     for i, pool in enumerate(settings.npu_pools_list):
-        profile = profiles.get(pool.profile) if pool.profile else None
-        if profile is not None and profile.nodes > 1 and profile.distributed_executor_backend == "ray":
+        wanted = profiles.get(pool.profile) if pool.profile else None
+        if wanted is not None and wanted.nodes > 1 and wanted.distributed_executor_backend == "ray":
             add(
                 ("npu_pools_list", i, "profile"),
                 pool.profile,
-                f"profile runs on {profile.nodes} nodes with distributed_executor_backend: ray, whose "
+                f"profile runs on {wanted.nodes} nodes with distributed_executor_backend: ray, whose "
                 "multi-node start (ray start on every node first) is not in this version: unset "
                 "distributed_executor_backend for native data parallelism (a head and headless workers, "
                 "docs/serving.md)",
