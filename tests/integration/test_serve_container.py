@@ -2,18 +2,26 @@
 
 The nodes run a real dockerd with the (simulated) Ascend Docker Runtime, installed by the container_runtime
 role from the cluster's mirror after the repos and driver stages (the driver creates /dev/davinciN). The
-serving image is built here from the nodes' base rootfs (``provision.sim.serve_image``) and ``docker
-load``ed by the role from a ``file://`` URL; the engine's venv and model reach the containers through
-read-only volumes (they are bind-mounted into the nodes at their host paths). node1 gives its container the
-pool's NPU through the Ascend runtime (``ASCEND_VISIBLE_DEVICES``), node2 with ``--device`` (host_vars
-``vllm_serve_container_devices: device``). One cluster for the module; the tests run in file order:
+serving image is built here from the nodes' base rootfs (``provision.sim.serve_image``) and put on the
+cluster's HTTP mirror (``images/`` + ``sha256sums.txt``); the role downloads it from its ``http://`` URL,
+verifies it against that file, ``docker load``s it and removes the tarball, as an air-gapped site does. The
+engine's venv and model reach the containers through read-only volumes (they are bind-mounted into the nodes
+at their host paths). node1 gives its container the pool's NPU through the Ascend runtime
+(``ASCEND_VISIBLE_DEVICES``), node2 with ``--device`` (host_vars ``vllm_serve_container_devices: device``).
+One cluster for the module; the tests run in file order:
 
-1. ``plan -p serve`` (nothing written), ``apply -p serve``: both ready, a completion from each; the containers
-   are not privileged, see only the pool's /dev/davinci3 (+ the manager devices), mount read-only; a second
-   apply changes nothing (no image reload); ``serve status INVENTORY`` 2/2 ready.
-2. ``apply -p upgrade`` to a broken image: node1 fails its gate and comes back on the previous image, ready;
-   the rollout stops; node2 answers every request sent during it and never saw the broken image.
-3. The engine killed in node2's container (``docker kill``): ``serve status`` says failed, with the journal.
+1. ``apply -p serve --limit node1`` with a wrong ``vllm_serve_image_checksum``: downloaded once, refused,
+   nothing loaded, nothing left in the staging folder.
+2. ``plan -p serve`` (nothing written), ``apply -p serve``: each node downloads the image once, verifies,
+   loads it and removes the tarball; both ready, a completion from each; the containers are not privileged,
+   see only the pool's /dev/davinci3 (+ the manager devices), mount read-only; a second apply changes nothing
+   and downloads nothing; ``serve status INVENTORY`` 2/2 ready.
+3. ``plan -p serve`` without ``vllm_serve_image``: the default tag names the node's architecture (serve.yml
+   gathers no facts; the role reads the platform facts).
+4. ``apply -p upgrade`` to a broken image loaded from a ``file://`` URL with a pinned sha256: node1 fails its
+   gate and comes back on the previous image, ready; the rollout stops; node2 answers every request sent
+   during it and never saw the broken image.
+5. The engine killed in node2's container (``docker kill``): ``serve status`` says failed, with the journal.
 
 Costs: repos + driver + container_runtime stages (≈ 4 min on 2 loaded cores), two engines (~3.6 GB each).
 """
@@ -21,6 +29,7 @@ Costs: repos + driver + container_runtime stages (≈ 4 min on 2 loaded cores), 
 from __future__ import annotations
 
 import json
+import platform
 import re
 import time
 from collections.abc import Callable
@@ -31,10 +40,20 @@ from typing import Any
 import pytest
 import yaml
 
+from provision.ascend import lock
+from provision.image.spec import Target
 from provision.serving import engine
 from provision.sim.cluster import Cluster
 from provision.sim.engine import container_volumes, engine_binds, engine_profile_vars
-from provision.sim.serve_image import BROKEN_TAG, ServeImage, broken_image, ensure_serve_image
+from provision.sim.serve_image import (
+    BROKEN_TAG,
+    ServeImage,
+    broken_image,
+    ensure_serve_image,
+    mirror_serve_image,
+)
+from tests.helpers import Run
+from tests.helpers import provision as run_provision
 from tests.integration.test_serve import API_KEY, Traffic, complete, provision
 
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
@@ -46,6 +65,9 @@ CONTAINER = "vllm-smol"
 UNIT = "vllm-smol.service"
 STAGES = ("repos", "driver", "container_runtime")
 MANAGERS = ["davinci_manager", "devmm_svm", "hisi_hdc"]
+STAGING = "/var/cache/provision/vllm_serve"  # vllm_serve_image_staging_dir
+WRONG_SHA256 = "0" * 64
+DOWNLOAD = "vllm_serve : Download the image tarball and verify its sha256"
 
 
 @dataclass
@@ -54,8 +76,14 @@ class Served:
     inventory: Path
     runs: Path
     image: ServeImage
+    image_url: str
     broken: ServeImage
     timings: dict[str, float] = field(default_factory=dict)
+    refused: Run | None = None
+    refused_gets: int = 0
+    refused_image: bool = True
+    refused_left: str = ""
+    first_apply_gets: int = 0
     plan: dict[str, Any] = field(default_factory=dict)
     unit_after_plan: bool = False
     first_apply: dict[str, Any] = field(default_factory=dict)
@@ -71,14 +99,22 @@ class Served:
         assert done.returncode == 0, f"{node}: {' '.join(argv)}: {done.stdout}{done.stderr}"
         return done.stdout
 
+    def image_gets(self) -> int:
+        """How many times the nodes downloaded the image tarball (the mirror's log, http.server format)."""
+        log = (self.cluster.dir / "mirror.log").read_text(errors="replace")
+        return len(re.findall(rf'"GET /{re.escape(self.image_url.split("/", 3)[3])} HTTP', log))
 
-def settings(image: ServeImage) -> dict[str, object]:
+    def staged(self, node: str) -> str:
+        """What the staging folder holds on ``node`` (the role created it before downloading)."""
+        return self.sh(node, "find", STAGING, "-mindepth", "1")
+
+
+def settings(image: ServeImage, url: str) -> dict[str, object]:
     values: dict[str, object] = {
         "npu_pools_list": [POOL],
         "vllm_serve_mode": "container",
         "vllm_serve_image": image.tag,
-        "vllm_serve_image_url": image.url,
-        "vllm_serve_image_checksum": image.sha256,
+        "vllm_serve_image_url": url,  # on the mirror, its sha256 in sha256sums.txt beside it
         # the engine's venv, interpreter and libnuma, at the paths the nodes see them (read-only)
         "vllm_serve_container_volumes": container_volumes(),
         "vllm_serve_api_key": API_KEY,
@@ -106,6 +142,7 @@ def served(
     cluster = sim_cluster_module_factory(
         "servec", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds()
     )
+    image_url, image = mirror_serve_image(cluster.dir, image)
     folder = tmp_path_factory.mktemp("servec")
     inventory = folder / "inventory.ini"
     inventory.write_text(cluster.inventory_path.read_text())
@@ -113,8 +150,10 @@ def served(
     (folder / "host_vars").mkdir()
     mirror_vars = cluster.group_vars_path.read_text()
     (folder / "group_vars" / "npu_nodes.yml").write_text(mirror_vars)
-    state = Served(cluster, inventory, folder / "runs", image, broken, timings={"image build": build_s})
-    state.group_vars().write_text(yaml.safe_dump(settings(image)))
+    state = Served(
+        cluster, inventory, folder / "runs", image, image_url, broken, timings={"image build": build_s}
+    )
+    state.group_vars().write_text(yaml.safe_dump(settings(image, image_url)))
     node2_vars = {"vllm_serve_container_devices": "device"}
     (folder / "host_vars" / "node2.yml").write_text(yaml.safe_dump(node2_vars))
     for stage in STAGES:
@@ -122,6 +161,12 @@ def served(
         done = provision("apply", str(inventory), "-p", stage, "--json", runs=state.runs, timeout=900)
         _summary(done, stage)
         state.timings[stage] = time.monotonic() - begun
+    # node1 lacks the image: a wrong sha256 must be refused before anything is loaded
+    wrong = f"vllm_serve_image_checksum={WRONG_SHA256}"
+    state.refused = run_provision("apply", inventory, "-p", "serve", "--limit", "node1", "-e", wrong)
+    state.refused_gets = state.image_gets()
+    state.refused_image = cluster.exec("node1", ["docker", "image", "inspect", image.tag]).returncode == 0
+    state.refused_left = state.staged("node1")
     planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
     state.plan = _summary(planned, "plan")
     unit = cluster.exec("node1", ["test", "-e", f"/etc/systemd/system/{UNIT}"])
@@ -130,6 +175,7 @@ def served(
     done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
     state.timings["first apply"] = time.monotonic() - begun
     state.first_apply = _summary(done, "apply -p serve" + _journal(cluster))
+    state.first_apply_gets = state.image_gets()
     return state
 
 
@@ -178,6 +224,23 @@ def status(served: Served) -> Any:
 # --------------------------------------------------------------------------------------------- tests
 
 
+def test_a_wrong_sha256_is_refused_and_nothing_is_loaded(served: Served) -> None:
+    refused = served.refused
+    assert refused is not None and refused.rc == 1, refused and refused.explain()
+    message = refused.failures()["node1"]
+    assert "Fail the host, naming the image tarball and its sha256" in message, message
+    assert (
+        f"node1 did not load {served.image.tag}: {served.image_url} (vllm_serve_image_url) was refused, "
+        f"sha256 from vllm_serve_image_checksum {WRONG_SHA256}: "
+    ) in message
+    assert f"did not match {WRONG_SHA256}; it was {served.image.sha256}" in message
+    assert f"Nothing was loaded, and nothing of it was left in {STAGING}." in message
+    assert "vllm_serve : Load the image" not in refused.tasks("node1")
+    assert not served.refused_image, "the image was not loaded"
+    assert served.refused_left == "", f"left in {STAGING}: {served.refused_left}"
+    assert served.refused_gets == 1, "node1 downloaded the tarball once, then refused it"
+
+
 def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Served) -> None:
     planned = {change["task"] for change in served.plan["changes"]}
     assert {"vllm_serve : Would bring " + served.image.tag, "vllm_serve : Write the systemd units"} <= planned
@@ -186,8 +249,10 @@ def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Serve
     hosts = served.first_apply["hosts"]
     assert sorted(hosts) == ["node1", "node2"]
     assert all(stats["changed"] > 0 and stats["failed"] == 0 for stats in hosts.values())
-    loaded = [c["host"] for c in served.first_apply["changes"] if c["task"] == "vllm_serve : Load the image"]
-    assert sorted(loaded) == ["node1", "node2"]
+    for task in (DOWNLOAD, "vllm_serve : Load the image", "vllm_serve : Remove the downloaded tarball"):
+        done_on = [c["host"] for c in served.first_apply["changes"] if c["task"] == task]
+        assert sorted(done_on) == ["node1", "node2"], task
+    assert served.first_apply_gets == served.refused_gets + 2, "one download per node"
     for node in ("node1", "node2"):
         assert complete(served.url(node)).strip(), f"{node} answered an empty completion"
         assert served.sh(node, "systemctl", "is-enabled", UNIT).strip() == "enabled", "survives a reboot"
@@ -206,6 +271,7 @@ def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Serve
         assert f"VLLM_API_KEY={API_KEY}" in info["Config"]["Env"], "the key reached the engine by name"
         dev = served.sh(node, "docker", "exec", CONTAINER, "ls", "/dev").split()
         assert sorted(d for d in dev if d.startswith(("davinci", "devmm", "hisi"))) == ["davinci3", *MANAGERS]
+        assert served.staged(node) == "", f"the downloaded tarball was removed from {STAGING}"
 
     node1, node2 = inspect(served, "node1"), inspect(served, "node2")
     assert "ASCEND_VISIBLE_DEVICES=3" in node1["Config"]["Env"] and not node1["HostConfig"]["Devices"]
@@ -220,8 +286,12 @@ def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Serve
     again = provision("apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs)
     summary = _summary(again, "second apply")
     assert {host: stats["changed"] for host, stats in summary["hosts"].items()} == {"node1": 0, "node2": 0}
+    assert served.image_gets() == served.first_apply_gets, "the second apply downloaded nothing"
     served.timings["second apply"] = summary["seconds"]
-    loads = task_seconds(str(served.first_apply["run_dir"]), "Load the image")
+    run_dir = str(served.first_apply["run_dir"])
+    downloads = task_seconds(run_dir, DOWNLOAD.split(" : ", 1)[1])
+    served.timings.update({f"{node} download + sha256": took for node, took in sorted(downloads.items())})
+    loads = task_seconds(run_dir, "Load the image")
     served.timings.update({f"{node} docker load": took for node, took in sorted(loads.items())})
     for node in ("node1", "node2"):
         took = start_to_ready_s(served, node)
@@ -229,6 +299,24 @@ def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Serve
             served.timings[f"{node} container start -> ready"] = took
     print("\n" + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in served.timings.items()))
     print(f"image {served.image.path.name}: {served.image.size / 2**20:.0f} MiB")
+
+
+def test_the_default_image_tag_names_the_nodes_architecture(served: Served) -> None:
+    good = served.group_vars().read_text()
+    default = yaml.safe_load(good)
+    del default["vllm_serve_image"]  # the role's default: vllm_serve_image_repository:<lock's tag>-<arch>
+    served.group_vars().write_text(yaml.safe_dump(default))
+    try:
+        plan = run_provision("plan", served.inventory, "-p", "serve", "--limit", "node1")
+    finally:
+        served.group_vars().write_text(good)
+    assert plan.rc == 0, plan.explain()
+    # The nodes are containers of this host: their `uname -m` is its machine (x86_64 -> amd64 here).
+    tag = Target(str(lock.load_lock()["default"]), arch=platform.machine()).tag
+    assert tag.endswith("-" + {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]), tag
+    assert f"vllm_serve : Would bring vllm-ascend:{tag}" in plan.tasks("node1"), plan.tasks("node1")
+    read = "vllm_serve : Read the node's architecture for the image tag (container mode)"
+    assert "node1" in plan.events(read), "serve.yml gathers no facts: the role read them"
 
 
 def test_rolling_upgrade_to_a_broken_image_rolls_back_while_node2_answers(served: Served) -> None:
