@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -107,3 +108,21 @@ def host_vars(inventory: Path, host: str, values: Mapping[str, Any] | None) -> N
     else:
         path.parent.mkdir(exist_ok=True)
         path.write_text(yaml.safe_dump(dict(values)))
+
+
+VALIDATE_INI = "[npu_nodes]\nnode1 ansible_host=192.0.2.11\n"
+
+
+def validate(tmp_path: Path, group_vars: str, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`provision validate` (in this process) of a one-host inventory whose group_vars are ``group_vars``
+    (dedented YAML); returns the exit code."""
+    from provision.cli import main
+
+    (tmp_path / "group_vars").mkdir(exist_ok=True)
+    (tmp_path / "group_vars" / "npu_nodes.yml").write_text(textwrap.dedent(group_vars))
+    (tmp_path / "inventory.ini").write_text(VALIDATE_INI)
+    monkeypatch.setattr("sys.argv", ["provision", "validate", str(tmp_path / "inventory.ini")])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    code = exit_info.value.code
+    return int(code) if isinstance(code, int) else 0

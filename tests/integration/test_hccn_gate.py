@@ -161,12 +161,20 @@ def _install_driver(state: Gated, driver: Path) -> None:
 def gated(
     sim_host: None, sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
 ) -> Gated:
-    engine.prepare()  # cached: instant after the first time
-    folder = tmp_path_factory.mktemp("hccn")
-    [driver] = mirror.build_artifacts(folder / "mirror", arch=os.uname().machine, components=["driver"])
     started = time.monotonic()
-    cluster = sim_cluster_module_factory(
-        "hccn",
+    state = gated_cluster(sim_cluster_module_factory, tmp_path_factory, "hccn")
+    state.timings["cluster + driver + reboot"] = time.monotonic() - started
+    return state
+
+
+def gated_cluster(factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory, purpose: str) -> Gated:
+    """A 2-node cluster (openEuler + Ubuntu) with the engine cache bound in, the driver installed (rebooted),
+    and an inventory folder with ``settings()`` as group_vars (test_multinode_upgrade.py uses it too)."""
+    engine.prepare()  # cached: instant after the first time
+    folder = tmp_path_factory.mktemp(purpose)
+    [driver] = mirror.build_artifacts(folder / "mirror", arch=os.uname().machine, components=["driver"])
+    cluster = factory(
+        purpose,
         nodes=2,
         os_list="openeuler-22.03,ubuntu-22.04",
         binds=engine_binds(),
@@ -179,7 +187,6 @@ def gated(
     (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(settings()))
     state = Gated(cluster, inventory, folder / "runs")
     _install_driver(state, driver)
-    state.timings["cluster + driver + reboot"] = time.monotonic() - started
     return state
 
 

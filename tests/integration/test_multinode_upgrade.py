@@ -16,7 +16,6 @@ Costs: two engines (~3.6 GB each), started twice; 6-10 min on 2 shared cores.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,16 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.serving import engine
-from provision.sim import mirror
 from provision.sim.cluster import Cluster
-from provision.sim.engine import engine_binds
 from tests.helpers import complete
 from tests.integration.test_hccn_gate import (
     POOL,
     UNIT,
     Gated,
-    _install_driver,
+    gated_cluster,
     journals,
     provision,
     settings,
@@ -53,24 +49,7 @@ ARGS = "/etc/provision/serve/smol2/args"
 def group(
     sim_host: None, sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
 ) -> Gated:
-    engine.prepare()  # cached: instant after the first time
-    folder = tmp_path_factory.mktemp("mnup")
-    [driver] = mirror.build_artifacts(folder / "mirror", arch=os.uname().machine, components=["driver"])
-    cluster = sim_cluster_module_factory(
-        "mnup",
-        nodes=2,
-        os_list="openeuler-22.03,ubuntu-22.04",
-        binds=engine_binds(),
-        mirror=False,
-        boot_timeout=420,
-    )
-    inventory = folder / "inventory.ini"
-    inventory.write_text(cluster.inventory_path.read_text())
-    (folder / "group_vars").mkdir()
-    write_settings(inventory, settings())
-    state = Gated(cluster, inventory, folder / "runs")
-    _install_driver(state, driver)
-    return state
+    return gated_cluster(sim_cluster_module_factory, tmp_path_factory, "mnup")
 
 
 def write_settings(inventory: Path, values: dict[str, Any]) -> None:

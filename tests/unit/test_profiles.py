@@ -3,17 +3,16 @@ pure parts of the vllm_serve role's plugins (filters, unit liveness, the launche
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from provision.cli import main
 from provision.inventory.schema import NpuPool, ServingProfile
 from provision.serving import profiles
 from provision.serving.profiles import NodeRank, ProfileError
+from tests.helpers import validate
 
 pytestmark = pytest.mark.unit
 
@@ -217,19 +216,6 @@ def test_schema_accepts_harmless_extra_args() -> None:
 
 
 # --------------------------------------------------------------------------------------------- validate (CLI)
-
-INI = "[npu_nodes]\nnode1 ansible_host=192.0.2.11\n"
-
-
-def validate(tmp_path: Path, group_vars: str, monkeypatch: pytest.MonkeyPatch) -> int:
-    (tmp_path / "group_vars").mkdir(exist_ok=True)
-    (tmp_path / "group_vars" / "npu_nodes.yml").write_text(textwrap.dedent(group_vars))
-    (tmp_path / "inventory.ini").write_text(INI)
-    monkeypatch.setattr("sys.argv", ["provision", "validate", str(tmp_path / "inventory.ini")])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    code = exit_info.value.code
-    return int(code) if isinstance(code, int) else 0
 
 
 VALIDATE_CASES: list[tuple[str, str, list[str]]] = [
