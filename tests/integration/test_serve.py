@@ -36,6 +36,7 @@ from provision.serving import engine
 from provision.serving.profiles import shipped_profiles
 from provision.sim.cluster import Cluster
 from provision.sim.engine import engine_binds, engine_profile_vars
+from tests.helpers import Run
 from tests.helpers import complete as shared_complete
 
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
@@ -176,7 +177,21 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
     assert again.returncode == 0, again.stdout + again.stderr
     summary = json.loads(again.stdout)
     assert {host: stats["changed"] for host, stats in summary["hosts"].items()} == {"node1": 0, "node2": 0}
+    # converged: the role read the files and units and went straight to the gate (no configure step ran)
+    noop = Run(again.returncode, summary, again.stderr, summary["seconds"])
+    assert noop.events("vllm_serve : Write the arguments") == {}, "the converged nodes ran configure.yml"
+    assert {e["host"] for e in summary["endpoints"] if e["ready"]} == {"node1", "node2"}, summary["endpoints"]
     print(f"\nfirst apply {served.first_apply_s:.1f} s, second apply {summary['seconds']:.1f} s")
+
+    # drift the early path must not hide: a unit disabled by hand is enabled again (no restart needed)
+    served.cluster.exec("node2", ["systemctl", "disable", "vllm-smol.service"])
+    repair = provision("apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs)
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    repaired = json.loads(repair.stdout)
+    changed = {host: stats["changed"] for host, stats in repaired["hosts"].items()}
+    assert changed["node1"] == 0 and changed["node2"] >= 1, changed
+    enabled = served.cluster.exec("node2", ["systemctl", "is-enabled", "vllm-smol.service"])
+    assert enabled.stdout.strip() == "enabled", enabled.stdout + enabled.stderr
 
 
 class Traffic:

@@ -287,6 +287,9 @@ def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Serve
     summary = _summary(again, "second apply")
     assert {host: stats["changed"] for host, stats in summary["hosts"].items()} == {"node1": 0, "node2": 0}
     assert served.image_gets() == served.first_apply_gets, "the second apply downloaded nothing"
+    # converged: files and units read, straight to the gate (configure.yml and service.yml not run)
+    noop = Run(again.returncode, summary, again.stderr, summary["seconds"])
+    assert noop.events("vllm_serve : Write the arguments") == {}, "the converged nodes ran configure.yml"
     served.timings["second apply"] = summary["seconds"]
     run_dir = str(served.first_apply["run_dir"])
     downloads = task_seconds(run_dir, DOWNLOAD.split(" : ", 1)[1])

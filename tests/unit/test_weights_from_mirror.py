@@ -161,12 +161,19 @@ ROLE = Path(__file__).parents[2] / "roles" / "vllm_serve"
 
 def test_role_fetches_weights_before_configure_with_its_own_tag() -> None:
     tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
-    imports = {
-        task["ansible.builtin.import_tasks"]: task for task in tasks if "ansible.builtin.import_tasks" in task
-    }
-    files = list(imports)
+
+    def file_of(task: dict[str, Any]) -> str | None:
+        """The tasks file an import_tasks or include_tasks (``file:`` form) names."""
+        imported = task.get("ansible.builtin.import_tasks")
+        included = task.get("ansible.builtin.include_tasks")
+        return str(imported) if imported else (included or {}).get("file")
+
+    steps = {file_of(task): task for task in tasks if file_of(task)}
+    files = list(steps)
     assert files.index("check.yml") < files.index("model.yml") < files.index("configure.yml")
-    assert imports["model.yml"]["tags"] == ["vllm_serve_model"]
+    assert steps["model.yml"]["tags"] == ["vllm_serve_model"]
+    # included: its tasks carry the tag too (apply), so --tags vllm_serve_model reaches them
+    assert steps["model.yml"]["ansible.builtin.include_tasks"]["apply"]["tags"] == ["vllm_serve_model"]
 
 
 # --------------------------------------------------------------------------------------------- sim archive
