@@ -35,6 +35,12 @@ SIM_CLUSTER_OS = "openeuler-22.03,ubuntu-22.04,openeuler-24.03"
 SIM_CLUSTER_NODES = 3
 SIM_CLUSTER_NPUS = 8
 
+# Connect budget of every provision/Ansible run the tests start (Mitogen's covers ssh AND the node's Python
+# starting; provision's own default is 60 s). Engine tests keep idle vLLM CPU engines on the nodes, each of
+# them polling at ~40 % of a core: on 2 shared cores a first contact was seen taking 86 s. A node that is
+# really gone still fails; it takes longer to say so.
+os.environ.setdefault("ANSIBLE_TIMEOUT", "180")
+
 # sim_ansible(pattern, module, args="", *extra_cli_args, timeout=300)
 AnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
 # run_ansible(inventory, pattern, module, args="", *extra_cli_args, timeout=300)
