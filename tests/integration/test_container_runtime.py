@@ -306,3 +306,19 @@ def test_a_corrupted_run_file_stops_its_node_before_any_change(stack: tuple[Clus
     fixed = provision("apply", inventory, "container_runtime")
     assert fixed.rc == 0, fixed.explain()
     assert json.loads(sh(cluster, "node1", f"cat {FACT}").stdout)["ascend_docker_runtime"] == VERSION
+
+
+def test_a_daemon_json_that_does_not_parse_stops_its_node_unchanged(stack: tuple[Cluster, Path]) -> None:
+    cluster, inventory = stack
+    good = sh(cluster, "node2", "cat /etc/docker/daemon.json").stdout
+    sh(cluster, "node2", 'printf \'{"log-driver": "json-file",\' > /etc/docker/daemon.json')
+    try:
+        run = provision("apply", inventory, "container_runtime")
+        assert run.rc == 1, run.explain()
+        message = run.failures()["node2"]
+        assert message.startswith("container_runtime : Check daemon.json holds a JSON object"), message
+        assert "/etc/docker/daemon.json" in message and "nothing was changed on this node" in message
+        assert "node1" not in run.failures() and run.changed()["node1"] == 0
+        assert sh(cluster, "node2", "cat /etc/docker/daemon.json").stdout == '{"log-driver": "json-file",'
+    finally:
+        sh(cluster, "node2", f"printf '%s' '{good}' > /etc/docker/daemon.json")
