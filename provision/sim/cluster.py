@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,12 +309,27 @@ class Cluster:
         for node in self.nodes:
             nodes.start(node, self.binds)
 
-    def wait_ready(self, timeout: float = BOOT_TIMEOUT_S) -> None:
-        """Wait until every node's sshd answers; a node whose container died fails at once."""
+    def boots(self) -> dict[str, int]:
+        """How many times each node has booted: pass it to :meth:`wait_ready` after asking for a reboot."""
+        return {node.name: node.boots for node in self.nodes}
+
+    def wait_ready(
+        self, timeout: float = BOOT_TIMEOUT_S, *, rebooted: Mapping[str, int] | None = None
+    ) -> None:
+        """Wait until every node's sshd answers; a node whose container died fails at once.
+
+        ``rebooted`` (:meth:`boots` taken before the reboot was asked for) makes a node count only once it
+        booted again: until its old systemd has shut down, the old sshd still answers.
+        """
         deadline = time.monotonic() + timeout
+        before = dict(rebooted or {})
         waiting = list(self.nodes)
         while waiting:
-            waiting = [node for node in waiting if not nodes.ssh_ready(node, timeout=0.2)]
+            waiting = [
+                node
+                for node in waiting
+                if node.boots <= before.get(node.name, 0) or not nodes.ssh_ready(node, timeout=0.2)
+            ]
             for node in waiting:
                 runner = nodes.supervisor(node)
                 if runner is None or not runner.alive():

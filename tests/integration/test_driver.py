@@ -96,10 +96,6 @@ def boot_id(cluster: Cluster, node: str) -> str:
     return sh(cluster, node, "cat /proc/sys/kernel/random/boot_id").strip()
 
 
-def boots(cluster: Cluster) -> dict[str, int]:
-    return {node.name: node.boots for node in cluster.nodes}
-
-
 def version_info(cluster: Cluster, node: str, what: str) -> str | None:
     done = cluster.exec(node, ["cat", f"/usr/local/Ascend/{what}/version.info"])
     if done.returncode != 0:
@@ -164,7 +160,7 @@ def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
     assert repos.rc == 0, repos.explain()
 
     # plan: the artifacts, the installers in order and the reboot, per host; nothing changes.
-    before_boots = boots(cluster)
+    before_boots = cluster.boots()
     before_ids = {name: boot_id(cluster, name) for name in names}
     plan = provision("plan", inv, "driver")
     assert plan.rc == 0, plan.explain()
@@ -178,12 +174,12 @@ def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
         assert not exists(cluster, name, "/usr/local/Ascend")
         assert not exists(cluster, name, "/var/cache/provision/ascend")
         assert "HwHiAiUser" not in sh(cluster, name, "cat /etc/passwd")
-    assert boots(cluster) == before_boots
+    assert cluster.boots() == before_boots
 
     # apply: driver then firmware, one reboot per node, the post-reboot gate passes.
     apply = provision("apply", inv, "driver")
     assert apply.rc == 0, apply.explain()
-    assert boots(cluster) == {name: count + 1 for name, count in before_boots.items()}
+    assert cluster.boots() == {name: count + 1 for name, count in before_boots.items()}
     assert set(apply.events(POST_GATE)) == set(names)
     for name in names:
         assert boot_id(cluster, name) != before_ids[name]
@@ -199,7 +195,7 @@ def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
     again = provision("apply", inv, "driver")
     assert again.rc == 0, again.explain()
     assert again.changed() == dict.fromkeys(names, 0)
-    assert boots(cluster) == {name: count + 1 for name, count in before_boots.items()}
+    assert cluster.boots() == {name: count + 1 for name, count in before_boots.items()}
     empty_plan = provision("plan", inv, "driver")
     assert empty_plan.summary["changes"] == []
 
@@ -224,7 +220,7 @@ def test_upgrade_uses_the_upgrade_order_and_reboots_one_node_at_a_time(
             cluster, name, OLD["ascend_driver_version"], OLD["ascend_driver_firmware_version"], npus
         )
         assert exists(cluster, name, "/usr/local/Ascend/ascend-toolkit/8.2.RC1")
-    before = boots(cluster)
+    before = cluster.boots()
 
     inventory(cluster, tmp_path)  # back to the lock
     # The stack upgrade: driver and firmware one node at a time, then CANN.
@@ -233,7 +229,7 @@ def test_upgrade_uses_the_upgrade_order_and_reboots_one_node_at_a_time(
     cann = provision("apply", inv, "cann")
     assert cann.rc == 0, cann.explain()
     driver, firmware = str(LOCKED["driver"]), str(LOCKED["firmware"])
-    assert boots(cluster) == {name: count + 1 for name, count in before.items()}
+    assert cluster.boots() == {name: count + 1 for name, count in before.items()}
     for name in names:
         assert_driver_running(cluster, name, driver, firmware, npus)
         old_install, fw_upgrade, drv_upgrade = log_order(
@@ -297,7 +293,7 @@ def test_checksum_health_and_prerequisite_failures_stop_only_their_node(
         "node1",
         "mkdir -p /var/lib/dkms/davinci_ascend/1.0/build && echo old > /var/lib/dkms/davinci_ascend/1.0/x",
     )
-    before = boots(cluster)
+    before = cluster.boots()
 
     run = provision("apply", inv, "driver")
     assert run.rc == 1, run.explain()
@@ -328,12 +324,12 @@ def test_checksum_health_and_prerequisite_failures_stop_only_their_node(
     assert not exists(cluster, "node3", "/var/cache/provision/ascend")
     assert version_info(cluster, "node4", "driver") == OLD["ascend_driver_version"]
     assert not exists(cluster, "node4", f"/var/cache/provision/ascend/{driver_file}")
-    assert {name: boots(cluster)[name] for name in ("node2", "node3", "node4")} == {
+    assert {name: cluster.boots()[name] for name in ("node2", "node3", "node4")} == {
         name: before[name] for name in ("node2", "node3", "node4")
     }
 
     # node1 converged: the DKMS residue was removed (the documented fix) and the install retried once.
-    assert run.changed()["node1"] > 0 and boots(cluster)["node1"] == before["node1"] + 1
+    assert run.changed()["node1"] > 0 and cluster.boots()["node1"] == before["node1"] + 1
     assert any("Remove the DKMS residue" in task for task in run.tasks("node1")), run.tasks("node1")
     assert_driver_running(cluster, "node1", driver, firmware, npus)
 
@@ -344,4 +340,4 @@ def test_checksum_health_and_prerequisite_failures_stop_only_their_node(
     assert message.startswith(POST_GATE), message
     assert f"loaded driver {driver} (wanted {driver})" in message
     assert "'1': 'Critical'" in message
-    assert boots(cluster)["node4"] == before["node4"] + 1
+    assert cluster.boots()["node4"] == before["node4"] + 1

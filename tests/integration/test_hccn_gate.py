@@ -139,13 +139,10 @@ def _install_driver(state: Gated, driver: Path) -> None:
             f"printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: {version}+cpu\\n' "
             f"> '{SHIM}/vllm-{version}+cpu.dist-info/METADATA'",
         )
-    boots = {n.name: n.boots for n in state.cluster.nodes}
+    boots = state.cluster.boots()
     for node in ("node1", "node2"):
         state.cluster.exec(node, ["systemctl", "reboot"])
-    deadline = time.monotonic() + 420
-    while any(state.cluster.node(n).boots == b for n, b in boots.items()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    state.cluster.wait_ready(timeout=420)  # a reboot under load (2 shared cores) can take minutes
+    state.cluster.wait_ready(timeout=420, rebooted=boots)  # under load (2 shared cores) this takes minutes
     for node in ("node1", "node2"):
         for _ in range(120):  # sshd answers before the boot unit finished loading the driver
             if state.sh(node, f"{HCCN} -i {NPU} -link -g", check=False).returncode == 0:

@@ -87,9 +87,10 @@ def node_config(cluster: Cluster, node: str) -> dict[str, Any]:
 
 def reboot_all(cluster: Cluster) -> None:
     before = {n: ssh(cluster, n, "cat /proc/sys/kernel/random/boot_id").stdout for n in ("node1", "node2")}
+    boots = cluster.boots()
     for node in before:
         ssh(cluster, node, "systemctl reboot", check=False)
-    cluster.wait_ready()
+    cluster.wait_ready(rebooted=boots)
     for node, boot_id in before.items():
         assert ssh(cluster, node, "cat /proc/sys/kernel/random/boot_id").stdout != boot_id
 

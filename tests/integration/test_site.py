@@ -201,10 +201,6 @@ def env_file(cluster: Cluster, node: str, path: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
 
 
-def boots(cluster: Cluster) -> dict[str, int]:
-    return {node.name: node.boots for node in cluster.nodes}
-
-
 def untouched_state(cluster: Cluster, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """What a plan (or a stopped node) must not change: paths apply creates, sources, packages, users."""
     paths = " ".join(path for path in CREATED_BY_APPLY if path not in skip)
@@ -312,12 +308,12 @@ def site(
     host_vars(inventory, "node1", {"npu_pools_list": NODE1_POOLS})
     state = Site(cluster, inventory, sh(cluster, "node1", "uname -m").strip())
 
-    state.before_plan, state.boots_before = untouched_state(cluster), boots(cluster)
+    state.before_plan, state.boots_before = untouched_state(cluster), cluster.boots()
     state.plan = provision("plan", inventory)
-    state.after_plan, state.boots_after_plan = untouched_state(cluster), boots(cluster)
+    state.after_plan, state.boots_after_plan = untouched_state(cluster), cluster.boots()
     state.first = provision("apply", inventory)
     state.again = provision("apply", inventory)
-    state.boots_after = boots(cluster)
+    state.boots_after = cluster.boots()
     print(
         f"\nsite: sim up {up_s:.1f} s, plan {state.plan.seconds:.1f} s,"
         f" first apply {state.first.seconds:.1f} s, second apply {state.again.seconds:.1f} s"
@@ -588,7 +584,7 @@ def test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_conver
     # The staging folder is where the .run files are verified, before anything runs as root: node2 may
     # fetch into it (its firmware file checks out, its driver file does not); it is compared apart.
     staging = "/var/cache/provision"
-    before, boots_before = untouched_state(cluster, skip=(staging,)), boots(cluster)
+    before, boots_before = untouched_state(cluster, skip=(staging,)), cluster.boots()
 
     run = ansible_playbook(inventory)
     assert run.rc == 2, run.tail()  # ansible-playbook: a host failed
@@ -618,7 +614,7 @@ def test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_conver
     assert "repair the NPU" in fatal["node4"] and "ascend_driver_force: true" in fatal["node4"]
 
     # The faulty nodes: not a file, package, user or boot more than before the run.
-    after, boots_after = untouched_state(cluster, skip=(staging,)), boots(cluster)
+    after, boots_after = untouched_state(cluster, skip=(staging,)), cluster.boots()
     for name in faulty:
         assert after[name] == before[name], name
         assert boots_after[name] == boots_before[name], name
