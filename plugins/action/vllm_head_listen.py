@@ -9,7 +9,6 @@ workers must not wait ``timeout_s`` for it, and the head's health gate then says
 
 from __future__ import annotations
 
-import shlex
 import socket
 import time
 from collections.abc import Mapping
@@ -18,7 +17,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-_SHOW = ("ActiveState", "SubState", "MainPID", "Result")
+from provision.serving.units import UnitWatch, describe_unit
 
 
 def listening(host: str, port: int, timeout_s: float = 1.0) -> bool:
@@ -28,11 +27,6 @@ def listening(host: str, port: int, timeout_s: float = 1.0) -> bool:
             return True
     except OSError:
         return False
-
-
-def unit_running(state: Mapping[str, str]) -> bool:
-    """The main process runs (``active/running``); ``activating/auto-restart`` or ``failed``: it exited."""
-    return state.get("ActiveState") == "active" and state.get("SubState") == "running"
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints
@@ -70,9 +64,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             return result
 
         started = time.monotonic()
-        asked = -every_s
-        state: dict[str, str] = {}
-        why = ""
+        watch = UnitWatch(self._run, unit, every_s=every_s, track_pid=False)
         while True:
             if listening(host, port):
                 result.update(
@@ -82,18 +74,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
                     msg=f"{unit} listens on {host}:{port}",
                 )
                 return result
-            now = time.monotonic()
-            if now - asked >= every_s:
-                state = self._show(unit)
-                asked = now
-                if not unit_running(state):
-                    why = f"its engine exited before it opened the port ({unit}: {self._describe(state)})"
-                    break
-            if now - started >= timeout_s:
-                why = f"it did not open it within {timeout_s:g} s ({unit}: {self._describe(state)})"
+            if not watch.alive():
+                why = f"its engine exited before it opened the port ({unit}: {describe_unit(watch.state)})"
+                break
+            if time.monotonic() - started >= timeout_s:
+                why = f"it did not open it within {timeout_s:g} s ({unit}: {describe_unit(watch.state)})"
                 break
             time.sleep(poll_s)
-        tail = self._journal(unit, lines)
+        tail = watch.journal(lines) if lines > 0 else []
         message = f"{host}:{port} (the head's data-parallel RPC port): {why}"
         if tail:
             message += f"\nlast {len(tail)} lines of the head's log:\n" + "\n".join(f"  | {t}" for t in tail)
@@ -107,30 +95,3 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
     def _run(self, command: str) -> dict[str, Any]:
         done: dict[str, Any] = self._low_level_execute_command(command, sudoable=True)
         return done
-
-    def _show(self, unit: str) -> dict[str, str]:
-        props = " ".join(f"-p {name}" for name in _SHOW)
-        done = self._run(f"systemctl show {props} {shlex.quote(unit)}")
-        if done.get("rc", 1) != 0:
-            raise AnsibleActionFail(
-                f"cannot ask systemd about {unit}: {done.get('stderr') or done.get('stdout')}"
-            )
-        out: dict[str, str] = {}
-        for line in str(done.get("stdout", "")).splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                out[key.strip()] = value.strip()
-        return out
-
-    @staticmethod
-    def _describe(state: Mapping[str, str]) -> str:
-        text = f"{state.get('ActiveState', '?')}/{state.get('SubState', '?')}"
-        if state.get("Result", "success") not in ("", "success"):
-            text += f", result {state['Result']}"
-        return text
-
-    def _journal(self, unit: str, lines: int) -> list[str]:
-        if lines <= 0:
-            return []
-        done = self._run(f"SYSTEMD_COLORS=0 journalctl -u {shlex.quote(unit)} -n {lines} --no-pager -o cat")
-        return [line.rstrip() for line in str(done.get("stdout", "")).splitlines() if line.strip()]

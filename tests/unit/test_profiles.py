@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from provision.inventory.schema import NpuPool, ServingProfile
-from provision.serving import profiles
+from provision.serving import profiles, units
 from provision.serving.profiles import NodeRank, ProfileError
 from tests.helpers import validate
 
@@ -393,7 +393,7 @@ def test_filter_reads_a_value_back_from_an_args_file() -> None:
     ],
 )
 def test_unit_state_is_described(show: str, described: str) -> None:
-    assert ACTION.describe_unit(ACTION.parse_show(show)) == described
+    assert units.describe_unit(units.parse_show(show)) == described
 
 
 def test_unit_watch_counts_a_restarted_engine_as_dead() -> None:
@@ -410,7 +410,7 @@ def test_unit_watch_counts_a_restarted_engine_as_dead() -> None:
         asked.append(command)
         return {"rc": 0, "stdout": next(answers)}
 
-    watch = ACTION.UnitWatch(run, "vllm-a.service", every_s=0.0, track_pid=True)
+    watch = units.UnitWatch(run, "vllm-a.service", every_s=0.0, track_pid=True)
     assert [watch.alive(), watch.alive(), watch.alive()] == [True, True, False]
     assert asked[0].startswith("systemctl show -p ActiveState") and asked[0].endswith("vllm-a.service")
 
@@ -420,7 +420,7 @@ def test_unit_watch_counts_a_restarted_engine_as_dead() -> None:
         failed.append(command)
         return {"rc": 0, "stdout": "ActiveState=failed\nSubState=failed\nMainPID=0\n"}
 
-    throttled = ACTION.UnitWatch(run_failed, "vllm-b.service", every_s=60.0, track_pid=False)
+    throttled = units.UnitWatch(run_failed, "vllm-b.service", every_s=60.0, track_pid=False)
     assert [throttled.alive(), throttled.alive()] == [False, False]
     assert len(failed) == 1, "systemd is asked at most every every_s seconds"
 
