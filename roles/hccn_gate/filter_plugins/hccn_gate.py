@@ -30,22 +30,13 @@ def _get(hostvars: Any, host: str, name: str, default: Any = None) -> Any:
 
 def hccn_gate_groups(hosts: Sequence[str], hostvars: Any) -> list[dict[str, Any]]:
     """Every multi-node serving group of ``hosts`` (the inventory group, in order), as plain dicts."""
-    members = [
-        {
-            "host": host,
-            "address": _get(hostvars, host, "ansible_host", host),
-            "pools": _get(hostvars, host, "npu_pools_list", []),
-            "profiles": _get(hostvars, host, "vllm_serve_profiles", {}),
-            "env": _get(hostvars, host, "vllm_serve_env", {}),
-        }
-        for host in hosts
-    ]
-    if not any(isinstance(p, Mapping) and p.get("profile") for m in members for p in m["pools"] or []):
+    pools = [pool for host in hosts for pool in _get(hostvars, host, "npu_pools_list", []) or []]
+    if not any(isinstance(pool, Mapping) and pool.get("profile") for pool in pools):
         return []  # nothing is served: no group (and no need to load the profiles)
-    from provision.serving.multinode import serving_groups
+    from provision.serving.multinode import inventory_view, serving_groups
 
     try:
-        return [group.as_dict() for group in serving_groups(members)]
+        return [group.as_dict() for group in serving_groups(inventory_view(hosts, hostvars))]
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"hccn_gate: {exc}") from exc
 
