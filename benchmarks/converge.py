@@ -5,9 +5,12 @@ Usage (root, as for `provision sim`):  .venv/bin/python benchmarks/converge.py [
 
 Brings up a cluster named `bench`, converges it once, then times no-op runs (nothing left to change) of
 the same playbooks and roles:
-  provision  `provision apply INVENTORY --limit ...` (our ansible.cfg: pipelining, ControlPersist 300 s,
-             forks 50, small fact subsets per play; Mitogen's mitogen_linear strategy when mitogen is
-             installed, as it is with provision's dependencies: one Python per node for the whole run)
+  provision  `provision apply INVENTORY --limit ...`: each node is compared with the record its last apply
+             left (playbooks/converged.yml: one command per node, the health gate, the stack report); a
+             node as recorded runs no role (site.yml only; other playbooks run as `--full`)
+  --full     `provision apply INVENTORY --full --limit ...`: every task of every role on every node (our
+             ansible.cfg: pipelining, ControlPersist 300 s, forks 50, small fact subsets per play;
+             Mitogen's mitogen_linear strategy, one Python per node for the whole run)
   stock      `ansible-playbook -i INVENTORY playbooks/site.yml --limit ...` with Ansible's defaults where
              provision changes them: linear strategy, no pipelining, forks 5, ControlPersist 60 s (the
              plugin paths stay, the roles need them)
@@ -20,6 +23,7 @@ average (1 min) around each run: the machine may be shared, and 10-node runs mea
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -47,12 +51,20 @@ pipelining = False
 """
 
 
-def run(argv: list[str], env: dict[str, str]) -> float:
+def run(argv: list[str], env: dict[str, str], verified: int | None = None) -> float:
+    """Seconds of one run; with ``verified``, the run (``--json``) must have verified that many nodes."""
     started = time.monotonic()
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
     seconds = time.monotonic() - started
     if done.returncode != 0:
         sys.exit(f"failed: {' '.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    if verified is not None:
+        summary = json.loads(done.stdout)
+        if len(summary["verified"]) != verified:
+            sys.exit(
+                f"not a no-op: {verified} node(s) expected verified, got {summary['verified']}, "
+                f"drift {summary['drift']}"
+            )
     return seconds
 
 
@@ -101,19 +113,24 @@ def main() -> None:
         playbook = ROOT / "playbooks" / f"{args.playbook.removesuffix('.yml')}.yml"
         stock = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)]
         ours = [*provision, "apply", str(inventory), "-p", args.playbook]
+        site = playbook.stem == "site"
+        labels = ("provision", "--full", "stock") if site else ("--full", "stock")
 
         results: dict[tuple[str, int], list[float]] = {}
         loads: list[float] = []
         for count in (1, args.nodes):
             limit = ",".join(f"node{i}" for i in range(1, count + 1))
             for _ in range(args.reps):
-                for label, argv, run_env in (
-                    ("provision", [*ours, "--limit", limit], env),
-                    ("stock", [*stock, "--limit", limit], stock_env),
+                for label, argv, run_env, verified in (
+                    ("provision", [*ours, "--limit", limit, "--json"], env, count),
+                    ("--full", [*ours, "--limit", limit, "--full"], env, None),
+                    ("stock", [*stock, "--limit", limit], stock_env, None),
                 ):
+                    if label not in labels:
+                        continue
                     close_masters(cluster_dir)
                     before = os.getloadavg()[0]
-                    seconds = run(argv, run_env)
+                    seconds = run(argv, run_env, verified)
                     after = os.getloadavg()[0]
                     loads += [before, after]
                     results.setdefault((label, count), []).append(seconds)
@@ -121,13 +138,15 @@ def main() -> None:
                     print(f"  {label:<10} {count:>2} node(s): {seconds:6.1f} s   {load}", flush=True)
 
         print(f"\nno-op converge of {playbook.name}, medians of {args.reps} (seconds)")
-        print(f"{'nodes':>5} {'provision':>10} {'stock':>8} {'stock/provision':>16}")
+        print(f"{'nodes':>5} " + " ".join(f"{label:>10}" for label in labels) + "   stock/each")
         med = {key: statistics.median(values) for key, values in results.items()}
         for count in (1, args.nodes):
-            ours, theirs = med[("provision", count)], med[("stock", count)]
-            print(f"{count:>5} {ours:>10.1f} {theirs:>8.1f} {theirs / ours:>15.2f}x")
-        scale = med[("provision", args.nodes)] / med[("provision", 1)]
-        print(f"provision t({args.nodes} nodes) / t(1 node) = {scale:.2f}")
+            times = [med[(label, count)] for label in labels]
+            ratios = " ".join(f"{med[('stock', count)] / t:.2f}x" for t in times[:-1])
+            print(f"{count:>5} " + " ".join(f"{t:>10.1f}" for t in times) + f"   {ratios}")
+        for label in labels:
+            scale = med[(label, args.nodes)] / med[(label, 1)]
+            print(f"{label:>10}: t({args.nodes} nodes) / t(1 node) = {scale:.2f}")
         print(
             f"load average (1 min) around the runs: median {statistics.median(loads):.1f}, "
             f"min {min(loads):.1f}, max {max(loads):.1f} on {os.cpu_count()} CPUs"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import typer
 
 from provision.cli.console import Console
 from provision.inventory.validate import check
+from provision.runner.converge import converge, fast_path_refusal
 from provision.runner.progress import LineProgress, LiveProgress, recap_table
 from provision.runner.run import RunResult, run_playbook
 
@@ -41,9 +43,21 @@ def run_and_report(
     forks: int | None,
     as_json: bool,
     verbosity: int = 0,
+    full: bool = False,
 ) -> RunResult:
-    """Validate (exit 2 on bad input, no host touched), run, show progress and recap; exit on failure."""
-    check(inventory)
+    """Validate (exit 2 on bad input, no host touched), run, show progress and recap; exit on failure.
+
+    An apply of all of site.yml (:func:`fast_path_refusal` names no reason against it) goes through
+    :func:`provision.runner.converge.converge`: nodes still as their record says are verified, not converged
+    again (unless ``full``), and the nodes it converges are recorded.
+    """
+    loaded = check(inventory)
+    refusal = fast_path_refusal(
+        playbook, tags=tags, skip_tags=skip_tags, extra_vars=extra_vars, check=check_mode
+    )
+    keep_records = (
+        refusal is None
+    )  # site.yml on every node it names: verify first unless --full, record after
     out = Console.for_stream(sys.stderr if as_json else sys.stdout)
     if not as_json:
         out.status(
@@ -53,20 +67,27 @@ def run_and_report(
         LiveProgress(out.rich) if out.interactive else LineProgress(out.stream)
     )
     with display:
-        result = run_playbook(
-            playbook,
-            inventory,
-            verb=verb,
-            limit=limit,
-            tags=tags,
-            skip_tags=skip_tags,
-            extra_vars=extra_vars,
-            check=check_mode,
-            diff=diff,
-            forks=forks,
-            verbosity=verbosity,
-            observer=display,
-        )
+        if keep_records and verb == "apply":
+            with tempfile.TemporaryDirectory(prefix="provision-apply-") as scratch:
+                result = converge(
+                    loaded, inventory, scratch=Path(scratch), limit=limit, forks=forks, verbosity=verbosity,
+                    observer=display, full=full, diff=diff,
+                )  # fmt: skip
+        else:
+            result = run_playbook(
+                playbook,
+                inventory,
+                verb=verb,
+                limit=limit,
+                tags=tags,
+                skip_tags=skip_tags,
+                extra_vars=extra_vars,
+                check=check_mode,
+                diff=diff,
+                forks=forks,
+                verbosity=verbosity,
+                observer=display,
+            )
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -82,6 +103,7 @@ def report(result: RunResult, out: Console, inventory: Path | None = None) -> No
         out.line(f"{what} {failure.host}: {failure.task}")
         for line in failure.message.splitlines():
             out.line(f"    {line}")
+    records(result, out)
     if result.endpoints and not result.check:
         endpoints(result, out, inventory)
     verdict = "ok" if result.ok else "failed"
@@ -89,6 +111,22 @@ def report(result: RunResult, out: Console, inventory: Path | None = None) -> No
     if failed_hosts:
         verdict += f" ({len(failed_hosts)} host(s): {', '.join(failed_hosts)})"
     out.line(f"{verdict}; run directory: {result.run_dir}")
+
+
+def records(result: RunResult, out: Console) -> None:
+    """Which nodes were verified against their record, which ran site.yml and why, which were recorded."""
+    if result.verified:
+        out.line(f"verified, as their last apply left them ({len(result.verified)}):")
+        for host, detail in sorted(result.verified.items()):
+            out.line(f"  {host}  {detail}")
+    if result.drift:
+        out.line(f"converged with site.yml ({len(result.drift)}):")
+        for host, reasons in sorted(result.drift.items()):
+            out.line(f"  {host}  {reasons[0]}" + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""))
+    if result.recorded:
+        out.line(f"recorded: {', '.join(result.recorded)}")
+    for failure in result.record_failures:
+        out.line(f"record not written (the next apply converges it in full): {failure}")
 
 
 def endpoints(result: RunResult, out: Console, inventory: Path | None = None) -> None:

@@ -78,6 +78,14 @@ class RunResult:
     changes: list[Change] = field(default_factory=list)
     endpoints: list[ServedEndpoint] = field(default_factory=list)
     """The serving instances the health gate (``vllm_health``) last saw in this run, one per host and pool."""
+    verified: dict[str, str] = field(default_factory=dict)
+    """Hosts an apply found as their record says (no site.yml run for them): host -> when recorded."""
+    drift: dict[str, list[str]] = field(default_factory=dict)
+    """Hosts an apply compared with their record and ran site.yml on: host -> why."""
+    recorded: list[str] = field(default_factory=list)
+    """Hosts whose record this apply wrote."""
+    record_failures: list[str] = field(default_factory=list)
+    """``host: message`` where the record could not be written (the next apply runs site.yml there)."""
 
     @property
     def ok(self) -> bool:
@@ -105,6 +113,10 @@ class RunResult:
             "failures": [asdict(f) for f in self.failures],
             "changes": [asdict(c) for c in self.changes],
             "endpoints": [asdict(e) for e in self.endpoints],
+            "verified": dict(sorted(self.verified.items())),
+            "drift": dict(sorted(self.drift.items())),
+            "recorded": self.recorded,
+            "record_failures": self.record_failures,
         }
 
 

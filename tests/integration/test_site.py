@@ -259,6 +259,7 @@ class Site:
     plan: Run | None = None
     first: Run | None = None
     again: Run | None = None
+    verified: Run | None = None
 
     @property
     def names(self) -> list[str]:
@@ -312,11 +313,14 @@ def site(
     state.plan = provision("plan", inventory)
     state.after_plan, state.boots_after_plan = untouched_state(cluster), cluster.boots()
     state.first = provision("apply", inventory)
-    state.again = provision("apply", inventory)
+    # --full: every node runs all of site.yml again, the roles' own idempotence (no record skips a node).
+    state.again = provision("apply", inventory, "--full")
+    state.verified = provision("apply", inventory)  # every node as its record says: site.yml runs nowhere
     state.boots_after = cluster.boots()
     print(
         f"\nsite: sim up {up_s:.1f} s, plan {state.plan.seconds:.1f} s,"
-        f" first apply {state.first.seconds:.1f} s, second apply {state.again.seconds:.1f} s"
+        f" first apply {state.first.seconds:.1f} s, second apply (--full) {state.again.seconds:.1f} s,"
+        f" third apply (verified) {state.verified.seconds:.1f} s"
     )
     return state
 
@@ -395,7 +399,68 @@ def test_apply_converges_every_host_then_a_second_apply_changes_nothing(site: Si
     assert again.changed() == dict.fromkeys(site.names, 0), again.summary["changes"]
     # Driver and firmware together cost one reboot per node; the second apply reboots nothing.
     assert site.boots_after == {name: count + 1 for name, count in site.boots_before.items()}
+    # Both applies ran site.yml on every node and recorded it: the first found no record, the second --full.
+    missing = ["no record of a converged apply on this node"]
+    assert first.summary["drift"] == {name: missing for name in site.names}
+    assert first.summary["recorded"] == again.summary["recorded"] == site.names
+    assert again.summary["verified"] == again.summary["drift"] == {}
     print(f"\nsite.yml on 3 nodes: first apply {first.seconds:.1f} s, second (no-op) {again.seconds:.1f} s")
+
+
+def test_a_third_apply_verifies_each_node_against_its_record_and_runs_no_role(site: Site) -> None:
+    site.converged()
+    verified = site.verified
+    assert verified is not None and verified.rc == 0, verified and verified.explain()
+    assert sorted(verified.summary["verified"]) == site.names and verified.summary["drift"] == {}
+    assert verified.changed() == dict.fromkeys(site.names, 0) and verified.summary["recorded"] == []
+    assert verified.summary["playbook"] == "converged"
+    # One comparison per node, the health gate where a pool serves, the stack report; no role task.
+    events = [json.loads(p.read_text()) for p in verified.run_dir.glob("artifacts/*/job_events/*.json")]
+    roles = {e["event_data"].get("role") for e in events if e.get("event") == "runner_on_ok"}
+    assert roles == {None}, roles
+    compared = verified.results("Compare the node with its record")
+    assert sorted(compared) == site.names
+    for name in site.names:
+        watched = compared[name]["watched"]
+        assert watched["paths"] > 20 and watched["units"] >= 1 and watched["packages"] >= 1, (name, watched)
+    reports = {host: res.get("msg") for host, res in verified.results(REPORT_TASK).items()}
+    assert reports == dict.fromkeys(site.names, REPORT)
+    (endpoint,) = verified.summary["endpoints"]
+    assert (endpoint["host"], endpoint["pool"], endpoint["ready"]) == ("node1", "smol", True)
+    record = node_json(site.cluster, "node2", "/var/lib/provision/converged.json")
+    assert (
+        "/etc/docker/daemon.json" in record["keys"]["paths"] and "docker.service" in record["keys"]["units"]
+    )
+    assert {"docker.io", "docker-engine"} & set(record["keys"]["packages"]), record["keys"]["packages"]
+    assert record["npus"]["driver_version"] == DRIVER and set(record["npus"]["health"].values()) == {"OK"}
+    assert site.sh("node2", "stat -c %a /var/lib/provision/converged.json").strip() == "600"
+
+
+def test_drift_on_two_nodes_runs_site_there_only_and_puts_it_back(site: Site) -> None:
+    """node2's docker is stopped and disabled by hand, node3 loses a pool file: the next apply names both,
+    converges those two nodes with site.yml, verifies node1 (and its endpoint) without running a role."""
+    site.converged()
+    pool_file = f"/etc/provision/pools/{POOLS[0]['name']}.env"
+    site.sh("node2", "systemctl disable --now docker.service docker.socket")
+    site.sh("node3", f"rm {pool_file}")
+    fixed = provision("apply", site.inventory)
+    assert fixed.rc == 0, fixed.explain()
+    assert list(fixed.summary["verified"]) == ["node1"]
+    drift = fixed.summary["drift"]
+    assert sorted(drift) == ["node2", "node3"]
+    assert any(r.startswith("unit docker.service: ActiveState active -> inactive") for r in drift["node2"])
+    assert f"{pool_file}: was file, now absent" in drift["node3"], drift["node3"]
+    assert fixed.summary["recorded"] == ["node2", "node3"]
+    assert sorted(fixed.summary["hosts"]) == site.names
+    assert site.sh("node2", "systemctl is-active docker; systemctl is-enabled docker").split() == [
+        "active",
+        "enabled",
+    ]
+    assert env_file(site.cluster, "node3", pool_file)["NPU_POOL_PORT"] == str(POOLS[0]["port"])
+    assert [e["host"] for e in fixed.summary["endpoints"]] == ["node1"]
+    again = provision("apply", site.inventory)
+    assert again.rc == 0 and sorted(again.summary["verified"]) == site.names, again.explain()
+    print(f"\ndrift on 2 of 3 nodes: apply {fixed.seconds:.1f} s, then all verified {again.seconds:.1f} s")
 
 
 # -- the nodes -----------------------------------------------------------------------------------------------

@@ -1,0 +1,175 @@
+"""``provision apply`` of site.yml: skip the nodes that are still as their last converged apply left them.
+
+1. ``playbooks/converged.yml`` (read-only, one command per node, then the health gate of its instances):
+   each node's record (:mod:`provision.runner.record`) against the run's fingerprint and the node itself.
+2. ``playbooks/site.yml`` on every node that is not verified, with the rest of its multi-node serving
+   groups; not run at all when every node is verified.
+3. ``playbooks/record.yml`` on the nodes site.yml converged: what they look like now, with every resource
+   the run's tasks named, becomes their record.
+
+:func:`fast_path_refusal` says when an apply cannot take this path (then site.yml runs everywhere, as
+``--full`` asks): another playbook, tags, extra variables, check mode.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from provision.inventory.load import Inventory
+from provision.inventory.schema import HOST_GROUP
+from provision.runner.record import Keys, fingerprint, keys_of_result, reads_outside, serving_closure
+from provision.runner.run import Event, Observer, RunResult, run_playbook
+
+SITE = "site"
+
+
+def fast_path_refusal(
+    playbook: str, *, tags: str | None, skip_tags: str | None, extra_vars: Sequence[str], check: bool
+) -> str | None:
+    """Why this apply must run site.yml on every node (None: it may skip verified nodes)."""
+    if Path(playbook).stem != SITE:
+        return f"playbook {playbook} (only site.yml applies keep records)"
+    if tags or skip_tags:
+        return "--tags/--skip-tags run part of site.yml"
+    if extra_vars:
+        return "--extra-vars are not in the inventory the records are fingerprinted from"
+    if check:
+        return "check mode"
+    return None
+
+
+class _Watch:
+    """Forwards events to the display and keeps what the converge needs: converged_state results per host
+    and the resources every task named."""
+
+    def __init__(self, observer: Observer | None) -> None:
+        self.observer = observer
+        self.states: dict[str, Mapping[str, Any]] = {}
+        self.keys: dict[str, Keys] = {}
+
+    def __call__(self, event: Event) -> None:
+        data: Mapping[str, Any] = event.get("event_data") or {}
+        host = data.get("host")
+        res = data.get("res")
+        if event.get("event") == "runner_on_ok" and host and isinstance(res, Mapping):
+            action = str(data.get("task_action") or data.get("resolved_action") or "")
+            if action.rsplit(".", 1)[-1] == "converged_state":
+                self.states[str(host)] = res
+            else:
+                self.keys.setdefault(str(host), Keys()).update(keys_of_result(action, res))
+        if self.observer is not None:
+            self.observer(event)
+
+
+def _vars_file(run_dir: Path, name: str, content: Mapping[str, Any]) -> str:
+    path = run_dir / name
+    path.write_text(json.dumps(content))
+    path.chmod(0o600)
+    return f"@{path}"
+
+
+def _groups(inventory: Inventory) -> list[list[str]] | None:
+    """The multi-node serving groups (host names), None when they cannot be worked out (then: all hosts)."""
+    from provision.serving.multinode import inventory_view, serving_groups
+
+    hosts = inventory.group_hosts(HOST_GROUP)
+    try:
+        groups = serving_groups(inventory_view(hosts, inventory.hosts))
+    except Exception:  # any doubt about the grouping: converge every node
+        return None
+    return [[member.host for member in group.members] for group in groups]
+
+
+def converge(
+    inventory: Inventory,
+    inventory_path: Path,
+    *,
+    scratch: Path,
+    limit: str | None,
+    forks: int | None,
+    verbosity: int,
+    observer: Observer | None,
+    full: bool = False,
+    diff: bool = False,
+    run: Callable[..., RunResult] = run_playbook,
+) -> RunResult:
+    """Verify (unless ``full``), run site.yml where needed, record; one :class:`RunResult` for all of it."""
+    hosts = inventory.group_hosts(HOST_GROUP)
+    prints = {host: fingerprint(inventory.hosts.get(host, {}), playbook=SITE) for host in hosts}
+    outside = {host: name for host in hosts if (name := reads_outside(inventory.hosts.get(host, {})))}
+    fingerprints = _vars_file(scratch, "fingerprints.json", {"provision_fingerprints": prints})
+    common: dict[str, Any] = {"forks": forks, "verbosity": verbosity}
+    watch = _Watch(observer)
+    if full:
+        site = run(SITE, inventory_path, verb="apply", limit=limit, diff=diff, observer=watch, **common)
+        return _record(
+            site, set(site.hosts), watch, inventory_path, fingerprints, scratch, common, observer, run
+        )
+
+    verify = run("converged", inventory_path, verb="verify", limit=limit, extra_vars=[fingerprints],
+                 observer=watch, **common)  # fmt: skip
+    probed = sorted(verify.hosts)
+    verified: dict[str, str] = {}
+    drift: dict[str, list[str]] = {}
+    for host in probed:
+        state = watch.states.get(host)
+        failed = [f for f in verify.failures if f.host == host]
+        if host in outside:
+            drift[host] = [f"variable {outside[host]} reads outside the inventory: always converged in full"]
+        elif failed or state is None:
+            drift[host] = [f"could not compare: {failed[0].message if failed else 'no answer'}"]
+        elif not state.get("converged"):
+            drift[host] = [str(r) for r in state.get("drift") or []] or ["not converged"]
+        elif any(not e.ready for e in verify.endpoints if e.host == host and e.role != "worker"):
+            bad = [e for e in verify.endpoints if e.host == host and not e.ready and e.role != "worker"]
+            drift[host] = [f"endpoint {e.pool} {e.state}: {e.url}" for e in bad]
+        else:
+            verified[host] = f"as recorded at {state.get('written_at')}"
+    groups = _groups(inventory)
+    rest = serving_closure(drift, groups) if groups is not None else set(drift) | set(verified)
+    rest &= set(probed)
+    for host in sorted(rest & set(verified)):
+        drift[host] = ["a member of its serving group runs site.yml"]
+        del verified[host]
+
+    if not rest:
+        verify.verified, verify.drift = verified, drift
+        return verify
+
+    watch.keys.clear()
+    site = run(SITE, inventory_path, verb="apply", limit=",".join(sorted(rest)), diff=diff, observer=watch,
+               **common)  # fmt: skip
+    site.verified, site.drift = verified, drift
+    site.hosts = {**{h: s for h, s in verify.hosts.items() if h in verified}, **site.hosts}
+    site.endpoints = sorted(
+        [e for e in verify.endpoints if e.host in verified] + site.endpoints, key=lambda e: (e.host, e.pool)
+    )
+    site.seconds += verify.seconds
+    return _record(site, rest, watch, inventory_path, fingerprints, scratch, common, observer, run)
+
+
+def _record(
+    site: RunResult,
+    ran: set[str],
+    watch: _Watch,
+    inventory_path: Path,
+    fingerprints: str,
+    scratch: Path,
+    common: Mapping[str, Any],
+    observer: Observer | None,
+    run: Callable[..., RunResult],
+) -> RunResult:
+    """Write the record of every host site.yml converged (it ran there and did not fail)."""
+    done = sorted(h for h, s in site.hosts.items() if h in ran and s.healthy)
+    if done and site.rc in (0, 2, 4):  # 2: some host failed, 4: some unreachable; the others converged
+        keys = {host: watch.keys.get(host, Keys()).to_json() for host in done}
+        keys_file = _vars_file(scratch, "record-keys.json", {"provision_record_keys": keys})
+        record = run("record", inventory_path, verb="record", limit=",".join(done),
+                     extra_vars=[fingerprints, keys_file], observer=observer, **common)  # fmt: skip
+        site.recorded = sorted(h for h, s in record.hosts.items() if s.healthy and h in done)
+        site.record_failures = [f"{f.host}: {f.message}" for f in record.failures]
+        site.seconds += record.seconds
+    return site
