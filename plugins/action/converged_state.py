@@ -80,6 +80,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             return result
         reasons = drift(previous, observation.observed, npus, fp)
         result.update(
+            ansible_facts={"ansible_local": observation.local},
             changed=False,
             converged=not reasons,
             drift=reasons,

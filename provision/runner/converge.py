@@ -24,6 +24,9 @@ from provision.runner.record import Keys, fingerprint, keys_of_result, reads_out
 from provision.runner.run import Event, Observer, RunResult, run_playbook
 
 SITE = "site"
+# converged.yml and record.yml run one command per node: Mitogen's bootstrap of each node costs more than it
+# saves there (10 nodes: 5.4 s against 2.5 s with Ansible's linear strategy over pipelined SSH).
+ONE_COMMAND = {"ANSIBLE_STRATEGY": "linear"}
 
 
 def fast_path_refusal(
@@ -110,7 +113,7 @@ def converge(
         )
 
     verify = run("converged", inventory_path, verb="verify", limit=limit, extra_vars=[fingerprints],
-                 observer=watch, **common)  # fmt: skip
+                 observer=watch, env=ONE_COMMAND, **common)  # fmt: skip
     probed = sorted(verify.hosts)
     verified: dict[str, str] = {}
     drift: dict[str, list[str]] = {}
@@ -168,7 +171,8 @@ def _record(
         keys = {host: watch.keys.get(host, Keys()).to_json() for host in done}
         keys_file = _vars_file(scratch, "record-keys.json", {"provision_record_keys": keys})
         record = run("record", inventory_path, verb="record", limit=",".join(done),
-                     extra_vars=[fingerprints, keys_file], observer=observer, **common)  # fmt: skip
+                     extra_vars=[fingerprints, keys_file], observer=observer, env=ONE_COMMAND,
+                     **common)  # fmt: skip
         site.recorded = sorted(h for h, s in record.hosts.items() if s.healthy and h in done)
         site.record_failures = [f"{f.host}: {f.message}" for f in record.failures]
         site.seconds += record.seconds

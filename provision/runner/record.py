@@ -43,6 +43,7 @@ from typing import Any
 from provision import __version__, paths
 
 RECORD_PATH = "/var/lib/provision/converged.json"
+FACT_DIR = "/etc/ansible/facts.d"
 RECORD_FORMAT = 1
 BIG_FILE = 64 * 1024 * 1024
 """Files above this size are compared by size and mtime, not read (archives, installers, weights)."""
@@ -294,6 +295,15 @@ try:
         os_release = hashlib.sha1(f.read()).hexdigest()
 except (IOError, OSError):
     os_release = None
+local = {}
+facts_dir = spec["facts"]
+for name in sorted(os.listdir(facts_dir)) if os.path.isdir(facts_dir) else []:
+    if name.endswith(".fact") and os.path.isfile(os.path.join(facts_dir, name)):
+        try:
+            with open(os.path.join(facts_dir, name)) as f:
+                local[name[:-5]] = json.load(f)
+        except (IOError, OSError, ValueError):
+            local[name[:-5]] = "error loading fact - please check content"
 observed = {
     "paths": dict((p, path_state(p)) for p in keys.get("paths", [])),
     "units": units(keys.get("units", [])),
@@ -302,7 +312,7 @@ observed = {
     "groups": accounts(keys.get("groups", []), grp.getgrnam, 2),
     "system": {"kernel": os.uname()[2], "os_release": os_release},
 }
-result = {"record": record, "keys": keys, "observed": observed}
+result = {"record": record, "keys": keys, "observed": observed, "local": local}
 sys.stdout.write("\n@@@provision-record\n" + json.dumps(result))
 """.strip()
 
@@ -322,13 +332,17 @@ os.rename(tmp, path)
 _MARK = "\n@@@provision-record\n"
 
 
-def observe_command(python: str, *, keys: Keys | None, union: bool = False, record: str = RECORD_PATH) -> str:
-    """The node command: read the record, observe ``keys`` (the record's own when None) and print both."""
+def observe_command(
+    python: str, *, keys: Keys | None, union: bool = False, record: str = RECORD_PATH, facts: str = FACT_DIR
+) -> str:
+    """The node command: read the record, observe ``keys`` (the record's own when None) and print both,
+    with the local facts of ``facts``."""
     spec = {
         "record": record,
         "keys": None if keys is None else keys.to_json(),
         "union": union,
         "big": BIG_FILE,
+        "facts": facts,
     }
     return shlex.join([python, "-c", OBSERVE_SCRIPT, json.dumps(spec, separators=(",", ":"))])
 
@@ -343,6 +357,8 @@ class Observation:
     record: dict[str, Any] | None
     keys: Keys
     observed: dict[str, Any]
+    local: dict[str, Any] = field(default_factory=dict)
+    """The node's local facts (``/etc/ansible/facts.d/*.fact``), as the setup module reads JSON ones."""
 
 
 def probe_output(stdout: str) -> str:
@@ -361,6 +377,7 @@ def parse_observation(stdout: str) -> Observation:
         record=record if isinstance(record, dict) else None,
         keys=Keys.from_json(data.get("keys")),
         observed=dict(data.get("observed") or {}),
+        local=dict(data.get("local") or {}),
     )
 
 

@@ -351,3 +351,20 @@ def test_output_through_a_terminal_parses_too() -> None:
     crlf = ("\n@@@provision pci\n01:00.0 1200: 19e5:d802 (rev 20)\n" + text).replace("\n", "\r\n")
     assert parse_observation(crlf).observed["users"] == {"root": 0}
     assert probe_output(crlf).strip().splitlines() == ["@@@provision pci", "01:00.0 1200: 19e5:d802 (rev 20)"]
+
+
+def test_the_local_facts_come_back_for_the_stack_report(tmp_path: Path) -> None:
+    facts = tmp_path / "facts.d"
+    facts.mkdir()
+    (facts / "ascend.fact").write_text('{"driver": "25.5.1"}')
+    (facts / "broken.fact").write_text("{")
+    (facts / "notes.txt").write_text("x")
+    command = observe_command(PYTHON, keys=None, record=str(tmp_path / "r.json"), facts=str(facts))
+    assert parse_observation(sh(command)).local == {
+        "ascend": {"driver": "25.5.1"},
+        "broken": "error loading fact - please check content",
+    }
+    missing = observe_command(
+        PYTHON, keys=None, record=str(tmp_path / "r.json"), facts=str(tmp_path / "none")
+    )
+    assert parse_observation(sh(missing)).local == {}
