@@ -45,6 +45,18 @@ class Inventory:
         return self.groups.get(group, [])
 
 
+def plain(value: Any) -> Any:
+    """Ansible's tagged and lazy values as plain dicts, lists and scalars (for pydantic, JSON, display)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
 def origin_of(value: object) -> Origin | None:
     """The file/line Ansible recorded for ``value``, if it has one (ansible-core data tags)."""
     try:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from provision.ascend import lock
 from provision.errors import InputError
-from provision.inventory.load import Inventory, Origin, load_inventory, origin_of
+from provision.inventory.load import Inventory, Origin, load_inventory, origin_of, plain
 from provision.inventory.schema import (
     ENV_NAME,
     GROUP_NAME,
@@ -152,20 +152,8 @@ def _scope_for(host: str, origin: Origin | None) -> str:
 
 
 def _show(value: Any) -> str:
-    text = repr(_plain(value))
+    text = repr(plain(value))
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _plain(value: Any) -> Any:
-    """Strip Ansible's tagged types for display."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
 
 
 def _walk(root: Any, path: Path_) -> Any:
@@ -453,7 +441,7 @@ def _groupable(host: str, variables: Mapping[str, Any]) -> dict[str, Any]:
     """The host's serving variables as plain data, keeping only the pools that pass the per-host checks
     (those that do not are reported already, and must not hide the cross-host problems)."""
     view = {
-        name: _plain(variables[name])
+        name: plain(variables[name])
         for name in ("ansible_host", "npu_pools_list", "vllm_serve_profiles", "vllm_serve_env")
         if name in variables and not _templated(variables[name])
     }
@@ -527,7 +515,7 @@ def host_issues(host: str, variables: Mapping[str, Any]) -> list[str]:
     (ansible-core 2.19), which strict schema types would reject ("0: must be a whole number").
     """
     report = _Report()
-    _check_host(host, _plain(dict(variables)), report)
+    _check_host(host, plain(dict(variables)), report)
     return [
         f"{i.field}: {i.message}" if i.value is _MISSING else f"{i.field} = {_show(i.value)}: {i.message}"
         for i in report.issues()

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from provision import __version__, paths
+from provision.inventory.load import plain
 
 RECORD_PATH = "/var/lib/provision/converged.json"
 FACT_DIR = "/etc/ansible/facts.d"
@@ -178,22 +179,10 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def _plain(value: Any) -> Any:
-    """Ansible's tagged values as plain JSON types (tags carry origins, which must not change the digest)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return None if value is None else str(value)
-
-
 def reads_outside(host_vars: Mapping[str, Any]) -> str | None:
     """The first variable whose template reads outside the inventory (its value can change unseen)."""
     for name, value in host_vars.items():
-        text = json.dumps(_plain(value))
+        text = json.dumps(plain(value), default=str)
         if ("{{" in text or "{%" in text) and _OUTSIDE.search(text):
             return str(name)
     return None
@@ -201,8 +190,8 @@ def reads_outside(host_vars: Mapping[str, Any]) -> str | None:
 
 def fingerprint(host_vars: Mapping[str, Any], *, playbook: str) -> str:
     """sha256 of what decides a node's converged state: its inventory variables, the playbook, the code."""
-    payload = {"code": code_digest(), "playbook": playbook, "vars": _plain(dict(host_vars))}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    payload = {"code": code_digest(), "playbook": playbook, "vars": plain(dict(host_vars))}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
 # -- the node side ----------------------------------------------------------------------------------------
@@ -390,7 +379,7 @@ NPU_FIELDS = (
 def npu_summary(ascend_npus: Mapping[str, Any] | None) -> dict[str, Any]:
     """What of the ``ascend_npus`` fact must stay as the record has it (not temperatures, power, usage)."""
     npus = ascend_npus or {}
-    return {name: _plain(npus.get(name)) for name in NPU_FIELDS}
+    return {name: plain(npus.get(name)) for name in NPU_FIELDS}
 
 
 def new_record(fp: str, observation: Observation, npus: Mapping[str, Any], written_at: str) -> dict[str, Any]:

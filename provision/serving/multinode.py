@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from provision.inventory.load import plain
 from provision.inventory.schema import NpuPool, ServingProfile
 from provision.serving.profiles import (
     DEFAULT_DP_RPC_PORT,
     ProfileError,
-    _plain,
     all_profiles,
     check_fits,
     unit_name,
@@ -169,7 +169,7 @@ def _entries(hosts: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[_
         host = str(raw["host"])
         address = str(raw.get("address") or host)
         profiles = all_profiles(raw.get("profiles") or {})
-        for item in _plain(raw.get("pools") or []):
+        for item in plain(raw.get("pools") or []):
             pool = NpuPool.model_validate(item)
             if pool.profile is None:
                 continue
@@ -179,7 +179,7 @@ def _entries(hosts: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[_
             if profile.nodes < 2:
                 continue
             check_fits(profile, pool, pool.profile)
-            env = vllm_env(profile, pool, extra=_plain(raw.get("env") or {}))
+            env = vllm_env(profile, pool, extra=plain(raw.get("env") or {}))
             member = Member(host, address, tuple(pool.devices), env)
             found.setdefault((pool.name, pool.profile), []).append(_Entry(member, profile, pool))
     return found

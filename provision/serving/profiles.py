@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from provision.errors import InputError
+from provision.inventory.load import plain
 from provision.inventory.schema import PROFILE_FLAGS, NpuPool, ServingProfile
 from provision.paths import data_dir
 
@@ -108,7 +109,7 @@ def all_profiles(user: Mapping[str, Any] | None = None) -> dict[str, ServingProf
             profiles[str(name)] = raw
             continue
         try:
-            profiles[str(name)] = ServingProfile.model_validate(_plain(raw))
+            profiles[str(name)] = ServingProfile.model_validate(plain(raw))
         except ValueError as exc:
             raise ProfileError(f"vllm_serve_profiles.{name}: {exc}") from exc
     return profiles
@@ -230,7 +231,7 @@ def instances(
     profiles = all_profiles(user_profiles)
     out = []
     for raw in pools:
-        pool = raw if isinstance(raw, NpuPool) else NpuPool.model_validate(_plain(raw))
+        pool = raw if isinstance(raw, NpuPool) else NpuPool.model_validate(plain(raw))
         if pool.profile is None:
             continue
         profile = profiles.get(pool.profile)
@@ -299,15 +300,3 @@ def _env_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _plain(value: Any) -> Any:
-    """Ansible's tagged/lazy containers as plain dicts, lists and scalars (what pydantic wants)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
