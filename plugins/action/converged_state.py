@@ -64,6 +64,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
                 f"cannot read the node's record observation: {exc}; it printed: {tail}"
             ) from exc
         previous = observation.record
+        watched = {kind: len(values) for kind, values in observation.keys.to_json().items()}
         if write:
             if self._task.check_mode:
                 result.update(changed=True, msg=f"would record {len(observation.keys)} resources in {path}")
@@ -73,7 +74,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             self._run(write_command(python, content, record=path))
             result.update(
                 changed=previous is None or previous.get("observed") != content["observed"],
-                watched={kind: len(values) for kind, values in observation.keys.to_json().items()},
+                watched=watched,
                 written_at=written_at,
                 msg=f"recorded {len(observation.keys)} resources in {path}",
             )
@@ -85,7 +86,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             converged=not reasons,
             drift=reasons,
             written_at=(previous or {}).get("written_at"),
-            watched={kind: len(values) for kind, values in observation.keys.to_json().items()},
+            watched=watched,
             msg=(
                 f"as recorded at {previous and previous.get('written_at')}: {len(observation.keys)} resources"
                 if not reasons
@@ -96,10 +97,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
 
     @staticmethod
     def _python(task_vars: Mapping[str, Any]) -> str:
-        for name in ("ansible_python_interpreter",):
-            value = task_vars.get(name)
-            if isinstance(value, str) and value and "{{" not in value and not value.startswith("auto"):
-                return value
+        value = task_vars.get("ansible_python_interpreter")
+        if isinstance(value, str) and value and "{{" not in value and not value.startswith("auto"):
+            return value
         facts = task_vars.get("ansible_facts") or {}
         found = facts.get("discovered_interpreter_python") if isinstance(facts, Mapping) else None
         return str(found) if found else "/usr/bin/python3"
