@@ -11,11 +11,12 @@ by silently skipping them; set ``PROVISION_ALLOW_SKIP=1`` to skip them instead (
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
@@ -152,6 +153,33 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+# What a new machine has (Debian 12's kernel defaults). A host that ran a dockerd, or this suite before the
+# nodes set their own values, has ip_forward 1, and new network namespaces copy the host's IPv4 settings: so
+# every cluster test runs with the host set back to these, and shows what a fresh machine would meet.
+FRESH_HOST_SYSCTLS = {"net.ipv4.ip_forward": "0", "net.core.devconf_inherit_init_net": "0"}
+
+
+def _sysctl_path(name: str) -> Path:
+    return Path("/proc/sys") / name.replace(".", "/")
+
+
+@pytest.fixture(scope="session")
+def fresh_host_network() -> Iterator[dict[str, str]]:
+    """The host's network sysctls as on a new machine while the session's clusters run; restored after."""
+    kept = {name: _sysctl_path(name).read_text().strip() for name in FRESH_HOST_SYSCTLS}
+    try:
+        for name, value in FRESH_HOST_SYSCTLS.items():
+            _sysctl_path(name).write_text(f"{value}\n")
+    except OSError as exc:  # not root: the cluster tests then skip or fail on their own
+        print(f"fresh_host_network: host sysctls left as they are: {exc}", file=sys.stderr)
+    try:
+        yield dict(FRESH_HOST_SYSCTLS)
+    finally:
+        for name, value in kept.items():
+            with contextlib.suppress(OSError):
+                _sysctl_path(name).write_text(f"{value}\n")
+
+
 @pytest.fixture(scope="session")
 def sim_host() -> None:
     """Root, systemd-nspawn, iproute2, overlayfs on this machine, or skip/fail (for tests that need the host
@@ -160,7 +188,7 @@ def sim_host() -> None:
 
 
 @pytest.fixture(scope="session")
-def sim_cluster(request: pytest.FixtureRequest) -> Cluster:
+def sim_cluster(request: pytest.FixtureRequest, fresh_host_network: dict[str, str]) -> Cluster:
     """A running 3-node cluster: openEuler 22.03, Ubuntu 22.04, openEuler 24.03, 8 simulated NPUs each.
 
     The :class:`provision.sim.cluster.Cluster` gives ``nodes`` (name, ip, flavour, root...),
@@ -208,13 +236,15 @@ def _factory(request: pytest.FixtureRequest) -> ClusterFactory:
 
 
 @pytest.fixture(scope="module")
-def sim_cluster_module_factory(request: pytest.FixtureRequest) -> ClusterFactory:
+def sim_cluster_module_factory(
+    request: pytest.FixtureRequest, fresh_host_network: dict[str, str]
+) -> ClusterFactory:
     """Like ``sim_cluster_factory``, for clusters shared by the tests of one module."""
     return _factory(request)
 
 
 @pytest.fixture
-def sim_cluster_factory(request: pytest.FixtureRequest) -> ClusterFactory:
+def sim_cluster_factory(request: pytest.FixtureRequest, fresh_host_network: dict[str, str]) -> ClusterFactory:
     """Start extra clusters for one test: ``sim_cluster_factory("ten", nodes=10, os_list="ubuntu-22.04")``.
 
     The cluster is named ``pytest-<pid>-<purpose>`` (a later session removes it if this process dies) and is

@@ -125,6 +125,9 @@ class Dockerd:
             f"--exec-root={self.root / 'exec'}",
             f"--pidfile={self.root / 'docker.pid'}",
             f"--host={self.url}",
+            # Its containers use the host's network: nothing to forward, and the host's
+            # net.ipv4.ip_forward (which dockerd sets to 1 by default) stays as it was.
+            "--ip-forward=false",
             "--iptables=false",
             "--ip6tables=false",
             "--bridge=none",

@@ -22,6 +22,7 @@ Files in the node folder (``<cluster>/nodes/<name>/``): ``upper/ work/ root/`` (
 from __future__ import annotations
 
 import importlib
+import os
 import secrets
 import signal
 import socket
@@ -240,6 +241,19 @@ def nspawn_command(node: Node, binds: Sequence[str] = ()) -> list[str]:
     ]
 
 
+def nspawn_environment() -> dict[str, str]:
+    """The environment systemd-nspawn starts with: the host's, plus a writable ``/proc/sys/net``.
+
+    nspawn mounts ``/proc/sys`` read-only, and makes ``/proc/sys/net`` writable only for a network namespace
+    it creates itself; ours is created beforehand (see :func:`nspawn_command`), so it is asked to with
+    ``SYSTEMD_NSPAWN_API_VFS_WRITABLE=network``. A server's root daemons write their network settings there
+    (dockerd turns on ``net.ipv4.ip_forward``, and exits when it cannot); without this a node would only work
+    on a host whose own values happen to be right, since a new namespace copies the host's IPv4 settings.
+    The namespace is the node's alone, so nothing it writes reaches the host.
+    """
+    return {**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network"}
+
+
 def start(node: Node, binds: Sequence[str] = ()) -> ProcessRef:
     """Launch the node's supervisor in its own session (it outlives the ``provision`` command).
 
@@ -260,6 +274,7 @@ def start(node: Node, binds: Sequence[str] = ()) -> ProcessRef:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd="/",
+            env=nspawn_environment(),
             start_new_session=True,
         )
     ref = ProcessRef.of(process.pid)
