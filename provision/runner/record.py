@@ -58,7 +58,7 @@ _PATH_ACTIONS = frozenset(
         "unarchive", "assemble", "stat", "slurp", "find", "ascend_state",
     }
 )  # fmt: skip
-_UNIT_ACTIONS = frozenset({"systemd", "systemd_service", "service"})
+_UNIT_ACTIONS = frozenset({"systemd", "systemd_service", "service", "systemd_unit"})
 _PACKAGE_ACTIONS = frozenset({"package", "dnf", "dnf5", "yum", "apt", "dpkg_selections"})
 _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+:~-]*$")
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9@._:\\-]*$")

@@ -10,6 +10,7 @@ fail with clear messages -> a corrupted .run stops its node before any change.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -141,6 +142,11 @@ def test_plan_apply_and_a_repeat_that_changes_nothing(stack: tuple[Cluster, Path
         # the verification ran (its image was loaded for it) and passed
         sh(cluster, node, f"docker image inspect {repos.VERIFY_IMAGE} >/dev/null")
         assert VERIFY not in first.failures().get(node, "")
+    # as on a new machine the host forwards nothing (tests/conftest.py fresh_host_network), and a new
+    # namespace copies that: each node's dockerd turned its own forwarding on, as it does on a server
+    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == "0"
+    for node in ("node1", "node2"):
+        assert sh(cluster, node, "cat /proc/sys/net/ipv4/ip_forward").stdout.strip() == "1"
     # the user's own settings are all still there
     user = daemon_json(cluster, "node1")
     assert {k: user[k] for k in USER_DAEMON} == USER_DAEMON
@@ -322,3 +328,38 @@ def test_a_daemon_json_that_does_not_parse_stops_its_node_unchanged(stack: tuple
         assert sh(cluster, "node2", "cat /etc/docker/daemon.json").stdout == '{"log-driver": "json-file",'
     finally:
         sh(cluster, "node2", f"printf '%s' '{good}' > /etc/docker/daemon.json")
+
+
+def test_an_engine_that_failed_to_start_says_why_and_a_rerun_converges(stack: tuple[Cluster, Path]) -> None:
+    """An engine that cannot start fails its node with the cause from the unit's journal; once the cause is
+    fixed the next apply converges, though systemd's start limit is used up by the failed start (a newcomer
+    met exactly that: each rerun failed with 'Start request repeated too quickly')."""
+    cluster, inventory = stack
+    broken = LIMIT.parent / "zz-test-broken.conf"
+    cause = "dockerd-test: the disk is on fire"
+    sh(
+        cluster,
+        "node2",
+        f"mkdir -p {LIMIT.parent}"
+        f" && printf '[Unit]\\nStartLimitBurst=1\\nStartLimitIntervalSec=3600\\n' > {LIMIT}"
+        f" && printf '[Service]\\nExecStartPre=/bin/sh -c \"echo {cause}; exit 1\"\\n' > {broken}"
+        " && systemctl daemon-reload && systemctl stop docker.service"
+        " && { systemctl stop docker.socket 2>/dev/null || true; }",
+    )
+    try:
+        failed = provision("apply", inventory, "container_runtime")
+        assert failed.rc == 1, failed.explain()
+        message = failed.failures()["node2"]
+        assert message.startswith("container_runtime : Enable and start the engine"), message
+        assert re.search(r"\ndocker: [a-z]+/[a-z-]+", message), message  # the unit's state
+        assert "last " in message and cause in message, message
+        assert "node1" not in failed.failures()
+        # the cause goes; the start limit stays used up: a plain start is refused now
+        sh(cluster, "node2", f"rm -f {broken} && systemctl daemon-reload")
+        refused = sh(cluster, "node2", "systemctl start docker.service", check=False)
+        assert refused.returncode != 0, refused.stdout + refused.stderr
+        rerun = provision("apply", inventory, "container_runtime")
+    finally:
+        sh(cluster, "node2", f"rm -f {broken} {LIMIT} && systemctl daemon-reload")
+    assert rerun.rc == 0, rerun.explain()
+    assert sh(cluster, "node2", "systemctl is-active docker").stdout.strip() == "active"
