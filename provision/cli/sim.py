@@ -119,15 +119,24 @@ def status(
 
 
 @sim_app.command("inventory")
-def inventory(name: str = NAME_OPTION) -> None:
-    """Print an Ansible inventory (INI) of the running cluster, ready for `provision apply`."""
+def inventory(
+    name: str = NAME_OPTION,
+    path: bool = typer.Option(
+        False, "--path", help="Print the path of the cluster's inventory.ini (its group_vars/ beside it)."
+    ),
+) -> None:
+    """Print a YAML inventory of the running cluster, complete on its own (nodes, mirror URLs, pools):
+    `provision sim inventory > lab.yml && provision apply lab.yml`."""
     cluster = _load(name)
     if cluster is None:
         Console.for_stream(sys.stderr).error(
             f"no simulated cluster {name!r} (start one with `provision sim up`)"
         )
         raise typer.Exit(1)
-    typer.echo(cluster.inventory(), nl=False)
+    if path:
+        typer.echo(str(cluster.inventory_path))
+        return
+    typer.echo(cluster.complete_inventory(), nl=False)
 
 
 @sim_app.command("down")

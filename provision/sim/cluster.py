@@ -347,25 +347,55 @@ class Cluster:
     def status(self) -> list[NodeStatus]:
         return [NodeStatus(n.name, n.flavour, n.ip, nodes.state(n), n.boots) for n in self.nodes]
 
-    def inventory(self) -> str:
-        """An Ansible INI inventory of the nodes: SSH as root with the cluster key, host keys checked."""
+    def _host_vars(self, node: Node) -> dict[str, str]:
+        """How Ansible reaches a node: SSH as root with the cluster key, host keys checked."""
         common = f"-o UserKnownHostsFile={self.known_hosts}"
         if len(str(self.control_dir)) <= MAX_CONTROL_DIR_LENGTH:
             # Masters of this cluster only: a later cluster reusing the addresses never meets a stale one.
             common += f" -o ControlPath={self.control_dir}/%h"
+        return {
+            "ansible_host": node.ip,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(self.private_key),
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_common_args": common,
+        }
+
+    def inventory(self) -> str:
+        """The INI inventory written beside ``group_vars/`` (which Ansible reads next to it)."""
         lines = [
             f"# Simulated cluster {self.name!r}, written by `provision sim up`.",
             f"# Node host keys were recorded at `up` in {self.known_hosts}: host key checking stays on.",
             f"[{GROUP}]",
         ]
         for node in self.nodes:
-            lines.append(
-                f"{node.name} ansible_host={node.ip} ansible_user=root"
-                f" ansible_ssh_private_key_file={self.private_key}"
-                " ansible_python_interpreter=/usr/bin/python3"
-                f" ansible_ssh_common_args='{common}'"
-            )
+            settings = self._host_vars(node)
+            common = settings.pop("ansible_ssh_common_args")
+            words = " ".join(f"{key}={value}" for key, value in settings.items())
+            lines.append(f"{node.name} {words} ansible_ssh_common_args='{common}'")
         return "\n".join(lines) + "\n"
+
+    def complete_inventory(self) -> str:
+        """A YAML inventory complete on its own: the nodes and the variables of ``group_vars/`` (mirror URLs,
+        pools), so that a copy saved anywhere converges the same as :attr:`inventory_path`."""
+        import yaml
+
+        def group_vars(group: str) -> dict[str, Any]:
+            path = self.group_vars_path.with_name(f"{group}.yml")
+            values = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+            return values if isinstance(values, dict) else {}
+
+        nodes_group: dict[str, Any] = {"hosts": {n.name: self._host_vars(n) for n in self.nodes}}
+        if own := group_vars(GROUP):
+            nodes_group["vars"] = own
+        top: dict[str, Any] = {"children": {GROUP: nodes_group}}
+        if common := group_vars("all"):
+            top["vars"] = common
+        header = (
+            f"# Simulated cluster {self.name!r} (`provision sim inventory`): its nodes and the variables of\n"
+            f"# {self.group_vars_path.parent}/, complete on its own. Host keys: {self.known_hosts}.\n"
+        )
+        return header + yaml.safe_dump({"all": top}, sort_keys=False, width=110)
 
     def exec(
         self, node: str, argv: Sequence[str], *, timeout: float | None = 60

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from provision.errors import EnvironmentProblem, InputError
+from provision.inventory.load import load_inventory, plain
 from provision.sim import cgroups, flavours, hardware, nodes
 from provision.sim.cluster import Cluster
 from provision.sim.network import Subnet
@@ -282,7 +283,7 @@ def test_reboot_really_reboots(sim_cluster: Cluster, sim_ansible: AnsibleRunner)
 
 
 @pytest.mark.cluster
-def test_cli_status_and_inventory(sim_cluster: Cluster) -> None:
+def test_cli_status_and_inventory(sim_cluster: Cluster, tmp_path: Path) -> None:
     env = {**os.environ, "CI": "1"}
     name = ["--name", sim_cluster.name]
     status = subprocess.run(
@@ -291,11 +292,25 @@ def test_cli_status_and_inventory(sim_cluster: Cluster) -> None:
     assert status.returncode == 0, status.stderr
     states = {node["name"]: node["state"] for node in json.loads(status.stdout)["nodes"]}
     assert states == {node.name: "running" for node in sim_cluster.nodes}
+    where = subprocess.run(
+        [*PROVISION, "sim", "inventory", *name, "--path"], capture_output=True, text=True, env=env
+    )
+    assert (where.returncode, where.stdout) == (0, f"{sim_cluster.inventory_path}\n"), where.stderr
     inventory = subprocess.run(
         [*PROVISION, "sim", "inventory", *name], capture_output=True, text=True, env=env
     )
     assert inventory.returncode == 0, inventory.stderr
-    assert inventory.stdout == sim_cluster.inventory_path.read_text()
+    # complete on its own: saved in another folder, Ansible sees every host variable the cluster's
+    # inventory.ini + group_vars/ give (the mirror URLs above all), and validate accepts it
+    saved = tmp_path / "lab.yml"
+    saved.write_text(inventory.stdout)
+    mine, theirs = load_inventory(saved), load_inventory(sim_cluster.inventory_path)
+    assert set(mine.hosts) == {node.name for node in sim_cluster.nodes}
+    assert {h: plain(v) for h, v in mine.hosts.items()} == {h: plain(v) for h, v in theirs.hosts.items()}
+    assert "openeuler_repos_mirror_url" in mine.hosts["node1"]
+    assert mine.group_hosts("npu_nodes") == theirs.group_hosts("npu_nodes")
+    valid = subprocess.run([*PROVISION, "validate", str(saved)], capture_output=True, text=True, env=env)
+    assert valid.returncode == 0, valid.stdout + valid.stderr
 
 
 # -- clusters of their own ----------------------------------------------------------------------------
