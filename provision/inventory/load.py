@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError
+from provision.inventory import files
 
 # Same settings as the shipped ansible.cfg, so a broken source is an error, not a warning.
 os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
@@ -40,9 +41,33 @@ class Inventory:
     source: Path
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=dict)
+    manager: Any = field(default=None, repr=False, compare=False)
+    """Ansible's InventoryManager it was read with (host patterns are matched by it)."""
 
     def group_hosts(self, group: str) -> list[str]:
         return self.groups.get(group, [])
+
+    def hosts_matching(self, pattern: str | list[str]) -> list[str]:
+        """The hosts an Ansible host pattern selects (``a:b``, ``g:!h``, ``g:&h``, ``node*``, ``~regex``,
+        ``g[0:2]``), by Ansible's own matching; ValueError when Ansible cannot read the pattern."""
+        from ansible.errors import AnsibleError
+        from ansible.inventory import manager
+
+        if self.manager is None:
+            raise ValueError("the inventory was not read by load_inventory()")
+        display = manager.display
+        original = display.warning
+        display.warning = lambda *args, **kwargs: None  # "could not match": the caller says it better
+        try:
+            found = self.manager.get_hosts(pattern, ignore_limits=True, ignore_restrictions=True)
+        except AnsibleError as exc:
+            if "Could not match supplied host pattern" in str(exc):  # host_pattern_mismatch = error
+                return []
+            raise ValueError(str(exc).split("\n")[0]) from None
+        finally:
+            display.warning = original
+        # Only the inventory's own hosts: Ansible also "matches" an implicit localhost.
+        return [host.name for host in found if host.name in self.hosts]
 
 
 def plain(value: Any) -> Any:
@@ -100,6 +125,7 @@ def _captured_parse_failures() -> Iterator[list[str]]:
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory file (or directory) with Ansible's loader; raise InputError naming the file."""
     source = Path(path)
+    files.check_source(source)
     if not source.exists():
         raise InputError(f"{source}: inventory not found")
     if source.is_file() and not os.access(source, os.R_OK):
@@ -110,21 +136,25 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
 
+    files.check_inventory_text(source)
     loader = DataLoader()
     with _captured_parse_failures() as failures:
         try:
             manager = InventoryManager(loader=loader, sources=[str(source.resolve())])
         except AnsibleError as exc:
-            detail = "; ".join(dict.fromkeys(failures)) or str(exc).split("\n")[0]
+            detail = (
+                files.yaml_problem(source) or "; ".join(dict.fromkeys(failures)) or str(exc).split("\n")[0]
+            )
             raise InputError(f"{source}: not a valid Ansible inventory: {detail}") from None
+    files.check_vars_files(source, manager.groups, manager.hosts)
     variables = VariableManager(loader=loader, inventory=manager)
 
-    inventory = Inventory(source=source)
+    inventory = Inventory(source=source, manager=manager)
     for host in manager.get_hosts(ignore_limits=True, ignore_restrictions=True):
         try:
             host_vars = variables.get_vars(host=host, include_hostvars=False)
         except AnsibleError as exc:  # e.g. a broken group_vars YAML file
-            where = _broken_vars_file(source) or _describe(exc)
+            where = files.broken_vars_file(source, manager.groups, manager.hosts) or _describe(exc)
             raise InputError(f"{source}: variables of host {host.name} cannot be read: {where}") from None
         inventory.hosts[host.name] = _own_vars(host_vars)
     for name, group in manager.groups.items():
@@ -141,25 +171,6 @@ def _describe(exc: BaseException) -> str:
         if line.startswith("Origin: "):
             return f"{line.removeprefix('Origin: ').strip()}: {first}"
     return first
-
-
-def _broken_vars_file(source: Path) -> str | None:
-    """Ansible does not say which group_vars/host_vars file failed to parse; find it and its line."""
-    import yaml
-
-    folder = source.parent if source.is_file() else source
-    for kind in ("group_vars", "host_vars"):
-        for path in sorted((folder / kind).rglob("*")):
-            if not path.is_file() or path.suffix not in ("", ".yml", ".yaml", ".json"):
-                continue
-            try:
-                yaml.safe_load(path.read_text(encoding="utf-8"))
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                line = f":{mark.line + 1}" if mark is not None else ""
-                problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-                return f"{path}{line}: invalid YAML: {problem}"
-    return None
 
 
 _MAGIC = {

@@ -16,7 +16,16 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
+from ansible.module_utils.parsing.convert_bool import boolean
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 HOST_GROUP = "npu_nodes"
 """Every NPU server is in this group; the playbooks target it."""
@@ -60,7 +69,18 @@ def _pattern(regex: re.Pattern[str], example: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _ansible_bool(value: Any) -> bool:
+    """A bool as Ansible reads one (``| bool``, role argument specs): INI's ``false``, ``yes``, ``on`` ..."""
+    try:
+        return bool(boolean(value, strict=True))
+    except TypeError:
+        raise ValueError("must be true or false") from None
+
+
+AnsibleBool = Annotated[bool, BeforeValidator(_ansible_bool)]
 Url = Annotated[str, AfterValidator(_url)]
+# '' = none (the role pulls from a registry); one type, so a bad URL gets one message, not one per branch.
+UrlOrEmpty = Annotated[str, AfterValidator(lambda value: value and _url(value))]
 DriverVersion = Annotated[str, _pattern(DRIVER_VERSION, "25.0.rc1.1 or 25.5.1")]
 FirmwareVersion = Annotated[str, _pattern(FIRMWARE_VERSION, "7.7.0.1.231")]
 CannVersion = Annotated[str, _pattern(CANN_VERSION, "9.1.0 or 8.2.RC1")]
@@ -160,7 +180,7 @@ class ServingProfile(_Strict):
     distributed_executor_backend: Literal["mp", "ray"] | None = None
     data_parallel_size_local: Annotated[int | None, Field(ge=1, validate_default=True)] = None
     data_parallel_rpc_port: Port | None = None
-    enable_expert_parallel: StrictBool = False
+    enable_expert_parallel: AnsibleBool = False
     quantization: Literal["ascend"] | None = None
     weights_quantization: Literal["w8a8", "w4a8", "w4a4", "w8a8-dynamic"] | None = None
     max_num_seqs: Annotated[int, Field(ge=1)] | None = None
@@ -169,8 +189,8 @@ class ServingProfile(_Strict):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
     block_size: Annotated[int, Field(ge=16, multiple_of=16)] | None = None
     dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
-    enforce_eager: StrictBool = False
-    trust_remote_code: StrictBool = False
+    enforce_eager: AnsibleBool = False
+    trust_remote_code: AnsibleBool = False
     additional_config: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str | int | float] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
@@ -269,13 +289,71 @@ class ServingProfile(_Strict):
         return value
 
 
+# Ansible's connection_loader.find_plugin never finds these: 'smart' means ssh.
+_CONNECTION_ALIASES = {"smart"}
+_INTERPRETER_AUTO = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
+
+
+def _text(value: Any) -> Any:
+    """A host name or user written as a number (INI reads ``ansible_user=1000`` as an int) is still text."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _no_space(value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise ValueError("must be a host name or address, without spaces")
+    return value
+
+
+def _interpreter(value: str) -> str:
+    if not value.startswith("/") and value not in _INTERPRETER_AUTO:
+        raise ValueError(
+            f"must be an absolute path (/usr/bin/python3) or one of {', '.join(_INTERPRETER_AUTO)}"
+        )
+    return value
+
+
+def _connection(value: str) -> str:
+    name = value.removeprefix("ansible.builtin.").removeprefix("ansible.legacy.")
+    if name in _CONNECTION_ALIASES:
+        return value
+    if not _connection_plugin_exists(name):
+        raise ValueError(
+            "no such connection plugin in Ansible (ssh, local, paramiko_ssh ...) or its collections"
+        )
+    return value
+
+
+def _connection_plugin_exists(name: str) -> bool:
+    """Ask Ansible's connection_loader. A plain name in Ansible's or the configured plugin folders is found
+    without the collection loader; only other names (a collection's, or one Ansible redirects to a
+    collection, like docker) pay for starting it (0.3 s)."""
+    from ansible.plugins.loader import connection_loader, init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+    from ansible.utils.display import Display
+
+    display = Display()
+    original = display.error_as_warning
+    display.error_as_warning = lambda *args, **kwargs: None  # "Error loading plugin": our message says it
+    try:
+        try:
+            return connection_loader.find_plugin(name) is not None
+        except ImportError:  # the name resolves through ansible_collections, which is not set up yet
+            pass
+        if AnsibleCollectionConfig.collection_finder is None:  # once: a second set-up only warns
+            init_plugin_loader()
+        return connection_loader.find_plugin(name) is not None
+    finally:
+        display.error_as_warning = original
+
+
 class HostSettings(BaseModel):
     """The inventory variables provision reads, as one host sees them after group/host merging."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     provision_stack: str | None = None
-    provision_allow_unlocked_versions: StrictBool = False
+    provision_allow_unlocked_versions: AnsibleBool = False
     provision_mirror_url: Url | None = None
     ascend_npu_count: Annotated[int, Field(ge=1, le=16)] = 8
     ascend_driver_version: DriverVersion | None = None
@@ -285,13 +363,19 @@ class HostSettings(BaseModel):
     npu_pools_list: list[NpuPool] = Field(default_factory=list)
     container_runtime_mirror_url: Url | None = None
     container_runtime_verify: Literal["changed", "always", "never"] | None = None
-    container_runtime_verify_image_url: Url | Literal[""] | None = None
-    container_runtime_default_runtime: StrictBool | None = None
+    container_runtime_verify_image_url: UrlOrEmpty | None = None
+    container_runtime_default_runtime: AnsibleBool | None = None
     vllm_serve_profiles: dict[str, ServingProfile] = Field(default_factory=dict)
     vllm_serve_mode: Literal["container", "service"] | None = None
-    vllm_serve_image_url: Url | Literal[""] | None = None
+    vllm_serve_image_url: UrlOrEmpty | None = None
     vllm_serve_model_reserve_mb: Annotated[int, Field(ge=0)] | None = None
     vllm_serve_container_devices: Literal["auto", "runtime", "device"] | None = None
+    # Ansible's own connection variables: a typo here fails on every host at the first SSH otherwise.
+    ansible_host: Annotated[str, BeforeValidator(_text), AfterValidator(_no_space)] | None = None
+    ansible_port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    ansible_user: Annotated[str, BeforeValidator(_text), Field(min_length=1)] | None = None
+    ansible_python_interpreter: Annotated[str, AfterValidator(_interpreter)] | None = None
+    ansible_connection: Annotated[str, AfterValidator(_connection)] | None = None
 
 
 # Inventory variable -> the version-lock key it must agree with.

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from provision.ascend import lock
 from provision.errors import InputError
+from provision.inventory import argspecs, files
 from provision.inventory.load import Inventory, Origin, load_inventory, origin_of, plain
 from provision.inventory.schema import (
     ENV_NAME,
@@ -32,6 +33,7 @@ from provision.inventory.schema import (
 from provision.paths import ansible_root
 
 Path_ = tuple[str | int, ...]
+Scopes = Mapping[Origin, str]
 
 # Variables read by play keywords (serial), which Ansible templates before any inventory variable exists.
 EXTRA_VARS_ONLY = {
@@ -86,6 +88,7 @@ _MISSING: Any = _Missing()
 def check(path: str | Path) -> Inventory:
     """Load and validate; return the inventory or raise InvalidInventory (an InputError)."""
     inventory = load_inventory(path)
+    files.check_vars_names(inventory.source, inventory.groups, inventory.hosts)
     issues = validate(inventory)
     if issues:
         raise InvalidInventory(Path(path), issues)
@@ -94,11 +97,40 @@ def check(path: str | Path) -> Inventory:
 
 def validate(inventory: Inventory) -> list[Issue]:
     report = _Report()
+    scopes = _written_for(inventory.manager)
     _check_groups(inventory, report)
     for host, variables in inventory.hosts.items():
-        _check_host(host, variables, report)
-    _check_serving_groups(inventory, report)
+        _check_host(host, variables, report, scopes)
+    _check_serving_groups(inventory, report, scopes)
     return report.issues()
+
+
+def _written_for(manager: Any) -> dict[Origin, str]:
+    """The group or host each value written in the inventory source itself was set for: its origin is only
+    a file and line (``[npu_nodes:vars]`` of an INI file), unlike group_vars/ and host_vars/ files, whose
+    name says it."""
+    out: dict[Origin, str] = {}
+    if manager is None:
+        return out
+
+    def walk(value: Any, scope: str) -> None:
+        origin = origin_of(value)
+        if origin is not None:
+            out.setdefault(origin, scope)
+        if isinstance(value, Mapping):
+            for item in value.values():
+                walk(item, scope)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item, scope)
+
+    for host in manager.hosts.values():
+        for value in host.vars.values():
+            walk(value, f"host {host.name}")
+    for name, group in manager.groups.items():
+        for value in group.get_vars().values():
+            walk(value, f"group {name}")
+    return out
 
 
 # --- collecting -----------------------------------------------------------------------------------------
@@ -138,8 +170,10 @@ def _join_scopes(scopes: list[str]) -> str:
     return "; ".join(parts)
 
 
-def _scope_for(host: str, origin: Origin | None) -> str:
+def _scope_for(host: str, origin: Origin | None, scopes: Scopes | None = None) -> str:
     """Name the group or host a value was written for, from where it was written."""
+    if origin is not None and scopes and origin in scopes:
+        return scopes[origin]
     if origin is not None:
         parts = Path(origin.path).parts
         for kind in ("group_vars", "host_vars"):
@@ -218,7 +252,7 @@ def _role_defaults() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     roles = ansible_root() / "roles"
     for defaults in sorted(roles.glob("*/defaults/main.yml")):
-        data = yaml.safe_load(defaults.read_text(encoding="utf-8")) or {}
+        data = yaml.load(defaults.read_text(encoding="utf-8"), Loader=files.YAML_LOADER) or {}
         out[defaults.parent.parent.name] = set(data)
     return out
 
@@ -233,39 +267,73 @@ def _known_variables() -> tuple[tuple[str, ...], frozenset[str]]:
     return prefixes, frozenset(known)
 
 
+@cache
+def _close_to_ours(name: str, ours: bool) -> list[str]:
+    """The known variable ``name`` most likely misspells; once per name, not once per host (difflib is the
+    slowest part of a large inventory's validation)."""
+    _, known = _known_variables()
+    return difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6 if ours else 0.9)
+
+
 def _templated(value: Any) -> bool:
     return isinstance(value, str) and "{{" in value
 
 
-def _check_host(host: str, variables: Mapping[str, Any], report: _Report) -> None:
+@cache
+def _connection_variables() -> frozenset[str]:
+    """Ansible's own variables the schema checks (ansible_host, ansible_port ...); other ansible_* are
+    left to Ansible."""
+    return frozenset(name for name in HostSettings.model_fields if name.startswith("ansible_"))
+
+
+def _check_host(
+    host: str, variables: Mapping[str, Any], report: _Report, scopes: Scopes | None = None
+) -> None:
     prefixes, known = _known_variables()
     owned: dict[str, Any] = {}
     for name, value in variables.items():
         if name.startswith("ansible_"):
+            if name in _connection_variables() and not _templated(value):
+                owned[name] = value
             continue
         ours = name.startswith(prefixes)
         # A name close to one of ours but outside our prefixes is most likely a typo (npu_pool_list).
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6 if ours else 0.9)
+        close = _close_to_ours(name, ours)
         if not ours and not close:
             continue
         if name in EXTRA_VARS_ONLY:
             origin = origin_of(value)
-            report.add(_scope_for(host, origin), name, value, EXTRA_VARS_ONLY[name], origin)
+            report.add(_scope_for(host, origin, scopes), name, value, EXTRA_VARS_ONLY[name], origin)
             continue
         if name not in known:
             origin = origin_of(value)
             hint = f"did you mean {close[0]!r}?" if close else "not a variable provision knows"
-            report.add(_scope_for(host, origin), name, value, f"unknown variable; {hint}", origin)
+            report.add(_scope_for(host, origin, scopes), name, value, f"unknown variable; {hint}", origin)
             continue
         if not _templated(value):  # values computed at run time are checked by the roles
             owned[name] = value
 
     def add(path: Path_, value: Any, message: str) -> None:
         origin = _origin_at(owned, path)
-        report.add(_scope_for(host, origin), _dotted(path), value, message, origin)
+        report.add(_scope_for(host, origin, scopes), _dotted(path), value, message, origin)
+
+    def scope_at(path: Path_) -> str | None:
+        """The group or host the value at ``path`` was written for; None for a role's default."""
+        if _walk(owned, path) is _MISSING:
+            return None
+        return _scope_for(host, _origin_at(owned, path), scopes)
+
+    # The roles' argument specs type every variable a role reads, as Ansible will when the role starts; what
+    # fails there is left out of the schema's checks (one message per mistake).
+    for name in [n for n in owned if n in argspecs.role_options()]:
+        found = argspecs.problems(name, owned[name])
+        for path, message in found:
+            add(path, _walk(owned, path), message)
+        if found:
+            del owned[name]
 
     settings = _typed_settings(owned, add)
-    _check_pools(settings, add)
+    _check_pools(settings, add, scope_at)
     _check_profiles(settings, add)
     _check_versions(settings, owned, add)
 
@@ -327,18 +395,31 @@ def _message(error: Mapping[str, Any]) -> str:
     return str(error["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
 
 
-def _check_pools(settings: HostSettings, add: AddFn) -> None:
+def _check_pools(settings: HostSettings, add: AddFn, scope_at: Callable[[Path_], str | None]) -> None:
     count = settings.ascend_npu_count
+    count_scope = scope_at(("ascend_npu_count",))
     owner: dict[int, str] = {}
     ports: dict[int, str] = {}
     names: set[str] = set()
+    # A group's pools beyond an NPU count written elsewhere (the host's own, a sub-group's): the count is the
+    # odd one out, so one problem at the count, not one per device under the pools' group (right for others).
+    beyond: dict[str, list[int]] = {}
     for i, pool in enumerate(settings.npu_pools_list):
         base: Path_ = ("npu_pools_list", i)
         if pool.name in names:
             add((*base, "name"), pool.name, "pool names must be unique on a host")
         names.add(pool.name)
+        pool_scope = scope_at(base)
+        count_is_the_cause = (
+            count_scope is not None
+            and pool_scope is not None
+            and pool_scope != count_scope
+            and not pool_scope.startswith("host ")
+        )
         for j, device in enumerate(pool.devices):
-            if device >= count:
+            if device >= count and count_is_the_cause:
+                beyond.setdefault(f"pool {pool.name!r} of {pool_scope}", []).append(device)
+            elif device >= count:
                 add(
                     (*base, "devices", j),
                     device,
@@ -355,6 +436,16 @@ def _check_pools(settings: HostSettings, add: AddFn) -> None:
         if pool.port in ports:
             add((*base, "port"), pool.port, f"port already used by pool {ports[pool.port]!r} on this host")
         ports.setdefault(pool.port, pool.name)
+    if beyond:
+        uses = "; ".join(
+            f"{pool} uses NPU {', '.join(map(str, devices))}" for pool, devices in beyond.items()
+        )
+        add(
+            ("ascend_npu_count",),
+            count,
+            f"{uses}, beyond this count (ids 0-{count - 1}): correct ascend_npu_count, or give this host "
+            "its own npu_pools_list",
+        )
 
 
 def _check_profiles(settings: HostSettings, add: AddFn) -> None:
@@ -403,7 +494,7 @@ def _check_profiles(settings: HostSettings, add: AddFn) -> None:
             )
 
 
-def _check_serving_groups(inventory: Inventory, report: _Report) -> None:
+def _check_serving_groups(inventory: Inventory, report: _Report, scopes: Scopes) -> None:
     """Multi-node pools (profile ``nodes`` > 1) across the hosts of ``npu_nodes``: the same grouping as at run
     time (:func:`provision.serving.multinode.grouping_problems`), so a pool on 3 hosts of a 2-node profile is
     refused here, naming the file, the hosts, the pool and the field, before any host is touched."""
@@ -434,7 +525,7 @@ def _check_serving_groups(inventory: Inventory, report: _Report) -> None:
             raw = {"npu_pools_list": pools, "vllm_serve_profiles": own}
             origin = _origin_at(raw, path)
             value = _walk(raw, path)
-            report.add(_scope_for(host, origin), _dotted(path), value, problem.message, origin)
+            report.add(_scope_for(host, origin, scopes), _dotted(path), value, problem.message, origin)
 
 
 def _groupable(host: str, variables: Mapping[str, Any]) -> dict[str, Any]:
