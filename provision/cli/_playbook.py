@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from provision.cli import _inputs
 from provision.cli.console import Console
 from provision.inventory.validate import check
 from provision.runner.converge import converge, fast_path_refusal
@@ -22,7 +23,7 @@ SkipTagsOpt = typer.Option(None, "--skip-tags", help="Skip tasks with these tags
 ExtraVarsOpt = typer.Option(
     [], "--extra-vars", "-e", help="Extra variables: key=value, JSON, or @file (repeatable)."
 )
-ForksOpt = typer.Option(None, "--forks", "-f", envvar="PROVISION_FORKS", help="Parallel hosts.")
+ForksOpt = typer.Option(None, "--forks", "-f", envvar="PROVISION_FORKS", min=1, help="Parallel hosts.")
 JsonOpt = typer.Option(
     False, "--json", help="Print a machine-readable summary on stdout; progress to stderr."
 )
@@ -45,15 +46,19 @@ def run_and_report(
     verbosity: int = 0,
     full: bool = False,
 ) -> RunResult:
-    """Validate (exit 2 on bad input, no host touched), run, show progress and recap; exit on failure.
+    """Validate the inventory and the options (exit 2 on bad input, no host touched), run, show progress and
+    recap; exit on failure.
 
     An apply of all of site.yml (:func:`fast_path_refusal` names no reason against it) goes through
     :func:`provision.runner.converge.converge`: nodes still as their record says are verified, not converged
     again (unless ``full``), and the nodes it converges are recorded.
     """
+    _inputs.playbook(playbook)
+    given_vars, extra_vars = extra_vars, _inputs.extra_vars(extra_vars)
     loaded = check(inventory)
+    limit = _inputs.limit(limit, loaded)
     refusal = fast_path_refusal(
-        playbook, tags=tags, skip_tags=skip_tags, extra_vars=extra_vars, check=check_mode
+        playbook, tags=tags, skip_tags=skip_tags, extra_vars=given_vars, check=check_mode
     )
     keep_records = (
         refusal is None

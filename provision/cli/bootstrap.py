@@ -35,6 +35,7 @@ from provision.bootstrap.run import (
     result_table,
     write_inventory,
 )
+from provision.cli import _inputs
 from provision.cli.console import Console
 from provision.errors import InputError
 
@@ -86,9 +87,13 @@ def bootstrap(
     harden: bool = typer.Option(
         False, "--harden", help="Then disable root and password login in sshd (after the deploy key works)."
     ),
-    port: int = typer.Option(22, "--port", "-p", help="SSH port when a host does not give one."),
-    parallel: int = typer.Option(16, "--parallel", envvar="PROVISION_FORKS", help="Hosts at once."),
-    timeout: float = typer.Option(15.0, "--timeout", help="Seconds to wait for a host to answer."),
+    port: int = typer.Option(
+        22, "--port", "-p", min=1, max=65535, help="SSH port when a host does not give one."
+    ),
+    parallel: int = typer.Option(16, "--parallel", envvar="PROVISION_FORKS", min=1, help="Hosts at once."),
+    timeout: float = typer.Option(
+        15.0, "--timeout", callback=_inputs.seconds, help="Seconds to wait for a host to answer."
+    ),
 ) -> None:
     """Make new servers manageable and add them to the inventory.
 
@@ -107,6 +112,8 @@ def bootstrap(
     record_path = (known_hosts or inventory.parent / "known_hosts").absolute()
     if any(c.isspace() for c in str(record_path)):
         raise InputError(f"--known-hosts {record_path}: the path must not contain spaces (ssh reads it)")
+    if record_path.exists() and not record_path.is_file():
+        raise InputError(f"--known-hosts {record_path}: not a file")
     pins, anywhere = parse_pins(host_key)
     unknown_pins = sorted(set(pins) - {t.name for t in targets} - {t.address for t in targets})
     if unknown_pins:
@@ -120,7 +127,12 @@ def bootstrap(
     elif password_env is not None:
         secret = password_from_env(password_env)
     login_key = load_private_key(key.expanduser(), "--key") if key is not None else None
-    deploy = ensure_deploy_key(deploy_key, f"{deploy_user}@provision")
+    try:
+        deploy = ensure_deploy_key(deploy_key, f"{deploy_user}@provision")
+    except OSError as exc:  # its folder cannot be made, or the key cannot be written there
+        where = f" ({exc.filename})" if exc.filename else ""
+        reason = exc.strerror or str(exc)
+        raise InputError(f"--deploy-key {deploy_key}: cannot create it: {reason}{where}") from None
     policy = TrustPolicy(
         record=KnownHosts(record_path),
         trusted=[KnownHosts(p.expanduser()) for p in trust_known_hosts],

@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from provision.cli import _inputs
 from provision.cli.console import Console
 from provision.errors import InputError
 
@@ -26,6 +27,7 @@ ENGINE_OPTION = typer.Option(
     None,
     "--engine",
     envvar="PROVISION_DOCKER_HOST",
+    callback=_inputs.engine,
     help="Engine API address, e.g. unix:///run/podman/podman.sock (default: $DOCKER_HOST, then the "
     "default socket).",
     show_default=False,

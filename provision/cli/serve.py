@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,15 @@ from typing import Any
 import typer
 
 from provision import paths
+from provision.cli import _inputs
 from provision.cli.console import Console
 from provision.errors import InputError
 from provision.inventory.schema import HOST_GROUP
 from provision.inventory.validate import check as check_inventory
 from provision.serving.health import Endpoint, State, Timeouts, Verdict, check
+
+LOG_LINES = 20
+"""Journal lines shown for a failed instance, unless --log-lines says otherwise."""
 
 serve_app = typer.Typer(
     help="Serving endpoints: check vLLM instances with the health gate.",
@@ -37,11 +42,32 @@ serve_app = typer.Typer(
 )
 
 
+# Names that read as an inventory file, not a host: one that does not exist is not probed as a URL.
+_INVENTORY_SUFFIXES = (".ini", ".yml", ".yaml", ".json")
+
+
 def _endpoint(url: str, model: str | None, api_key: str | None) -> Endpoint:
+    """An endpoint from a base URL (``host:port`` means http); InputError for one no request could go to."""
+    given = url
     if "://" not in url:
+        if url.endswith(_INVENTORY_SUFFIXES):
+            raise InputError(f"{url}: no such inventory file (nor a URL)")
         url = f"http://{url}"
     if not url.startswith(("http://", "https://")):
-        raise InputError(f"{url}: not an http(s) URL")
+        raise InputError(f"{given}: not an http(s) URL")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # urllib checks the port only when asked
+    except ValueError as exc:
+        raise InputError(f"{given}: not a valid URL: {exc}") from None
+    if not parts.hostname:
+        raise InputError(f"{given}: no host in the URL")
+    if port == 0:
+        raise InputError(f"{given}: port 0 is not a port a server listens on")
+    if parts.username is not None or parts.password is not None:
+        raise InputError(f"{given}: credentials in the URL are not sent; give --api-key")
+    if parts.query or parts.fragment:
+        raise InputError(f"{given}: a base URL has no ?query or #fragment")
     return Endpoint(url=url, model=model, api_key=api_key)
 
 
@@ -67,17 +93,27 @@ def status(
         show_default=False,
     ),
     completion_timeout: float = typer.Option(
-        30.0, "--completion-timeout", help="Seconds a completion may take before the engine counts as hung."
+        30.0,
+        "--completion-timeout",
+        callback=_inputs.seconds,
+        help="Seconds a completion may take before the engine counts as hung.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     limit: str | None = typer.Option(None, "--limit", "-l", help="INVENTORY only: these hosts/groups."),
-    log_lines: int = typer.Option(
-        20, "--log-lines", help="INVENTORY only: journal lines of a failed instance."
+    log_lines: int | None = typer.Option(
+        None,
+        "--log-lines",
+        min=0,
+        help=f"INVENTORY only: journal lines of a failed instance [default: {LOG_LINES}].",
+        show_default=False,
     ),
 ) -> None:
     """Check endpoints once with the health gate: ready, loading, failed or unreachable; exit 1 unless all
     are ready."""
-    if len(urls) == 1 and "://" not in urls[0] and Path(urls[0]).exists():
+    inventories = [url for url in urls if "://" not in url and Path(url).exists()]
+    if inventories and len(urls) > 1:
+        raise InputError(f"{inventories[0]}: an inventory is given alone, without URLs")
+    if inventories:
         if model is not None:
             raise InputError("--model applies to URLs; with an inventory each pool's profile names its model")
         _inventory_status(
@@ -86,9 +122,12 @@ def status(
             completion_timeout=completion_timeout,
             as_json=as_json,
             limit=limit,
-            log_lines=log_lines,
+            log_lines=LOG_LINES if log_lines is None else log_lines,
         )
         return
+    for option, value in (("--limit", limit), ("--log-lines", log_lines)):
+        if value is not None:
+            raise InputError(f"{option} applies to an inventory, not to URLs")
     endpoints = [_endpoint(url, model, api_key) for url in urls]
     timeouts = Timeouts(completion_s=completion_timeout)
     with ThreadPoolExecutor(max_workers=min(16, len(endpoints))) as pool:
@@ -128,7 +167,8 @@ def _inventory_status(
     limit: str | None,
     log_lines: int,
 ) -> None:
-    check_inventory(inventory)  # bad input: exit 2, no host contacted
+    loaded = check_inventory(inventory)  # bad input: exit 2, no host contacted
+    limit = _inputs.limit(limit, loaded)
     rows = probe_inventory(
         inventory, api_key=api_key, completion_timeout=completion_timeout, limit=limit, log_lines=log_lines
     )

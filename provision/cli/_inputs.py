@@ -1,0 +1,238 @@
+"""The CLI's option values checked at the edge, before any host is touched: what ansible-playbook (or a probe)
+could not use is an :class:`InputError` (exit 2) naming the option, the value and the file.
+
+``-e/--extra-vars`` is read as ansible-playbook's ``load_extra_vars`` reads it (Ansible's own loader and
+``parse_kv``); ``--limit`` is matched by Ansible's InventoryManager. Both are handed on with their ``@file``
+paths made absolute: ansible-runner runs ansible-playbook in its own run directory, so a relative path
+would be looked up there instead of where the user typed it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from provision import paths
+from provision.errors import InputError
+from provision.inventory.load import Inventory, plain
+
+# Groups every inventory has: naming them says nothing about this one.
+_IMPLICIT_GROUPS = {"all", "ungrouped"}
+
+
+# ------------------------------------------------------------------------------------------ numbers
+
+
+def seconds(value: float | None) -> float | None:
+    """Typer callback for a duration: a finite number of seconds above 0 (usage error, exit 2, otherwise)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"must be a number of seconds above 0, not {value:g}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------ playbook
+
+
+def playbook(name: str) -> Path:
+    """``playbooks/<name>`` of the shipped Ansible content; InputError listing those there are."""
+    path = paths.playbook(name)
+    if not path.is_file():
+        shipped = sorted(p.stem for p in (paths.ansible_root() / "playbooks").glob("*.yml"))
+        raise InputError(f"--playbook {name}: no such playbook; there are: {', '.join(shipped)}")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ extra vars
+
+
+def extra_vars(values: Sequence[str], cwd: Path | None = None) -> list[str]:
+    """Every ``-e`` checked, and as ansible-playbook must be given it: ``@file`` absolute (a relative one is
+    read from ``cwd``, default the current directory); an empty one is dropped, as ansible-playbook does."""
+    base = cwd or Path.cwd()
+    out: list[str] = []
+    for value in values:
+        if not value:
+            continue
+        variables(value, base)  # InputError when ansible-playbook could not use it
+        out.append(f"@{_vars_file(value, base)}" if value.startswith("@") else value)
+    return out
+
+
+def variables(value: str, cwd: Path | None = None) -> dict[str, Any] | None:
+    """What one ``-e`` value sets, read as ansible-playbook reads it: ``@file`` (YAML or JSON), inline YAML or
+    JSON (starting with ``{`` or ``[``), else ``key=value`` pairs (Ansible's ``parse_kv``: quotes, spaces).
+    None for a vault-encrypted file: ansible-playbook decrypts it with the user's vault settings.
+    """
+    if value.startswith("@"):
+        return _read_vars_file(value, _vars_file(value, cwd or Path.cwd()))
+    if value[:1] in ("/", "."):
+        raise InputError(f"{_shown(value)}: a file is given as @{value}")
+    if value[:1] in ("{", "["):
+        return _mapping(value, _loaded(value, value, None))
+    from ansible.errors import AnsibleError
+    from ansible.parsing.splitter import parse_kv
+
+    try:
+        pairs: dict[str, Any] = parse_kv(value)
+    except AnsibleError as exc:
+        raise InputError(f"{_shown(value)}: {_first_line(exc)}") from None
+    loose = pairs.pop("_raw_params", None)
+    if loose is not None:  # ansible-playbook would set a variable named _raw_params
+        raise InputError(
+            f"{_shown(value)}: {loose!r} is not key=value (YAML or JSON starts with {{ or [, a file with @)"
+        )
+    return plain(pairs)  # type: ignore[no-any-return]
+
+
+def _vars_file(value: str, cwd: Path) -> Path:
+    name = value[1:]
+    if not name:
+        raise InputError(f"{_shown(value)}: no file named after @")
+    return Path(os.path.abspath(cwd / Path(name).expanduser()))  # absolute, without "..": shown in errors
+
+
+def _read_vars_file(value: str, path: Path) -> dict[str, Any] | None:
+    from ansible.parsing.vault import is_encrypted
+
+    shown = _shown(value)
+    if not path.exists():
+        raise InputError(f"{shown}: no such file {path} (a relative path is read from the current directory)")
+    if not path.is_file():
+        raise InputError(f"{shown}: {path} is not a file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read {path}: {exc.strerror or exc}") from None
+    if is_encrypted(data):
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{shown}: {path}:{line}: not UTF-8 text") from None
+    return _mapping(value, _loaded(value, text, path), path)
+
+
+def _loaded(value: str, text: str, path: Path | None) -> Any:
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+
+    try:
+        return DataLoader().load(text, file_name=str(path) if path else None)
+    except AnsibleError as exc:
+        problem = _first_line(exc).removeprefix("YAML parsing failed: ")
+        if path is None:  # one line typed by the user: the problem is enough
+            raise InputError(f"{_shown(value)}: not valid YAML or JSON: {problem}") from None
+        line = getattr(getattr(exc, "obj", None), "line_num", None)
+        where = f"{path}:{line}" if line else str(path)
+        raise InputError(f"{_shown(value)}: {where}: not valid YAML or JSON: {problem}") from None
+
+
+def _mapping(value: str, data: Any, path: Path | None = None) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        kind = "nothing" if data is None else f"a {type(plain(data)).__name__}"
+        where = f"{path} holds" if path else "it is"
+        raise InputError(f"{_shown(value)}: not a mapping of variable names to values; {where} {kind}")
+    return plain(data)  # type: ignore[no-any-return]
+
+
+def _shown(value: str) -> str:
+    text = value if len(value) <= 60 else f"{value[:57]}..."
+    return f"-e {shlex.quote(text)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().split("\n")[0]
+
+
+# ------------------------------------------------------------------------------------------ limit
+
+
+def limit(pattern: str | None, inventory: Inventory, option: str = "--limit") -> str | None:
+    """``--limit`` checked against the inventory with Ansible's pattern matching (``a:b``, ``g:!h``,
+    ``g:&h``, ``node*``, ``~regex``, ``@file``): InputError when a part of it, or the whole, matches no host.
+    Returned as ansible-playbook must be given it (``@file`` absolute); an empty one is no limit, as in
+    Ansible.
+    """
+    if not pattern:
+        return pattern
+    from ansible.inventory.manager import split_host_pattern
+
+    parts = [part for part in split_host_pattern(pattern) if part]
+    given: list[str] = []
+    patterns: list[str] = []
+    for part in parts:
+        if part.startswith("@"):
+            path = _limit_file(part, option, pattern)
+            given.append(f"@{path}")
+            patterns += _limit_file_patterns(path, option, pattern)
+        else:
+            given.append(part)
+            patterns.append(part)
+    if not patterns:  # "," : Ansible reads no pattern, hence no limit
+        return None
+    try:
+        unmatched = [p for p in patterns if not inventory.hosts_matching(p[1:] if p[0] in "!&" else p)]
+        selected = inventory.hosts_matching(patterns) if not unmatched else []
+    except ValueError as exc:
+        raise InputError(f"{option} {pattern}: {exc}") from None
+    groups = ", ".join(sorted(set(inventory.groups) - _IMPLICIT_GROUPS)) or "none"
+    if unmatched:
+        which = "" if unmatched == [pattern] else f" {', '.join(unmatched)}"
+        verb = "match" if len(unmatched) > 1 else "matches"
+        raise InputError(
+            f"{option} {pattern}:{which} {verb} no host or group of {inventory.source} "
+            f"(groups: {groups}; {len(inventory.hosts)} host(s))"
+        )
+    if not selected:
+        raise InputError(f"{option} {pattern}: leaves no host of {inventory.source} (groups: {groups})")
+    return ",".join(given) if given != parts else pattern
+
+
+def _limit_file(part: str, option: str, pattern: str) -> Path:
+    path = Path(os.path.abspath(Path(part[1:]).expanduser()))
+    if not path.is_file():
+        what = f"{path} is not a file" if path.exists() else f"no such file {path}"
+        raise InputError(f"{option} {pattern}: {what} (a relative path is read from the current directory)")
+    return path
+
+
+def _limit_file_patterns(path: Path, option: str, pattern: str) -> list[str]:
+    """A limit file's patterns, one a line, as Ansible's ``InventoryManager.subset`` reads them."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InputError(f"{option} {pattern}: cannot read {path}: {reason}") from None
+    found = [line.strip() for line in text.split("\n") if line.strip()]
+    if not found:  # an empty retry file: nothing to run on, not everything
+        raise InputError(f"{option} {pattern}: {path} names no host")
+    return found
+
+
+# ------------------------------------------------------------------------------------------ engine
+
+
+def engine(value: str | None) -> str | None:
+    """Typer callback for ``--engine``: the address the image commands will use (``--engine``, else
+    ``$PROVISION_DOCKER_HOST``, else ``$DOCKER_HOST``) must be one the Docker SDK can parse."""
+    import docker.errors
+    from docker.utils import parse_host
+
+    from provision.image.engine import ENGINE_ENV, engine_url
+
+    address = engine_url(value)
+    if not address:
+        return value
+    source = f"--engine/${ENGINE_ENV}" if value else "$DOCKER_HOST"
+    try:
+        parse_host(address)
+    except (ValueError, docker.errors.DockerException) as exc:
+        raise InputError(f"{source} {address}: not an engine address: {exc}") from None
+    return value
