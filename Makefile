@@ -7,10 +7,11 @@ BIN := $(VENV)/bin
 
 setup: $(VENV)/.installed deps
 
-$(VENV)/.installed: pyproject.toml
+# The product and, beside it, the rehearsal rig (provision-sim/: adds `provision sim`).
+$(VENV)/.installed: pyproject.toml provision-sim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' -e ./provision-sim
 	touch $@
 
 # Debian packages the simulated cluster and the tests need (root; once per change of the list).

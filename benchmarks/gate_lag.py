@@ -13,8 +13,8 @@ It also checks the gate's other promise: no "ready" verdict before ``t_open``.
 
     .venv/bin/python benchmarks/gate_lag.py [--runs 3] [--poll 0.1] [--json]
 
-Needs the prepared engine (``python -m provision.serving.engine prepare``; done here when missing) and about
-40 s per run on 2 cores.
+Needs the prepared engine (``python -m provision_sim.serving.vllm_cpu prepare``; done here when missing)
+and about 40 s per run on 2 cores.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provision.serving import engine
 from provision.serving.health import DEFAULT_POLL_S, Endpoint, State, Verdict, wait_ready
+from provision_sim.serving import vllm_cpu as engine
 
 TIGHT_POLL_S = 0.02
 

@@ -1,7 +1,7 @@
 """Rebuild of the serving image after an entrypoint change, against a cold build (issue 6: goal <= 10 %).
 
-On the offline bench of ``provision.image.testbed`` (a private dockerd, a local apt repository and pip index,
-a Debian base standing in for the CANN image), for each payload:
+On the offline bench of ``provision_sim.image_bench`` (a private dockerd, a local apt repository and pip
+index, a Debian base standing in for the CANN image), for each payload:
 
 * **cold**: ``provision image build`` with ``--no-cache`` from the base image: every step of the Dockerfile
   runs (OS packages from the local apt repository, the pip install, the user, metadata, scripts);
@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provision.image import testbed
 from provision.image.build import BuildOptions, build
 from provision.image.spec import Overrides, default_target
+from provision_sim import image_bench as testbed
 
 ROOT = Path(__file__).resolve().parents[1]
 PAYLOADS = {"six": (testbed.TEST_WHEEL, ()), "torch": ("torch==2.13.0", ("torch==2.13.0",))}

@@ -37,18 +37,16 @@ from typing import Any
 
 import yaml
 
-from provision.serving import engine
-from provision.serving.profiles import shipped_profiles
-from provision.sim.cluster import Cluster
-from provision.sim.engine import engine_binds
+from provision_sim.cluster import Cluster
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.setup import engine_binds, smollm2_profile
 
 PORT = 8000
 POOL = {"name": "smol", "devices": [0], "port": PORT, "profile": "smollm2-cpu"}
 
 
 def profile(**changes: Any) -> dict[str, Any]:
-    data = shipped_profiles()["smollm2-cpu"].model_dump(exclude_defaults=True)
-    data["model"] = str(engine.model_dir())
+    data = smollm2_profile()
     data.update(changes)
     return data
 

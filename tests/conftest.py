@@ -1,4 +1,4 @@
-"""Shared fixtures, above all the simulated cluster (``provision.sim``) the integration tests run against.
+"""Shared fixtures, above all the simulated cluster (``provision_sim``) the integration tests run against.
 
 ``sim_cluster`` boots 3 nodes of mixed flavours once per test session and removes them at the end, even when
 tests fail or the session is interrupted (pytest finalizer, plus ``atexit`` and SIGTERM as a safety net).
@@ -25,8 +25,8 @@ import pytest
 
 from provision.errors import EnvironmentProblem
 from provision.paths import ansible_cfg
-from provision.sim.cluster import BOOT_TIMEOUT_S, Cluster, state_root
-from provision.sim.system import require_host
+from provision_sim.cluster import BOOT_TIMEOUT_S, Cluster, state_root
+from provision_sim.system import require_host
 
 # One cluster per pytest process, so two sessions (two engineers, or CI and a developer) never share
 # or tear down each other's nodes; clusters of dead sessions are removed when the next one starts.
@@ -75,7 +75,7 @@ def require_sim_host() -> None:
 def cluster_name(purpose: str) -> str:
     """``pytest-<pid>-<purpose>``: a cluster of this pytest process (later sessions remove it if it dies)."""
     name = f"{SIM_CLUSTER_PREFIX}{os.getpid()}-{purpose}"
-    if len(name) > 24:  # provision.sim.cluster.check_name
+    if len(name) > 24:  # provision_sim.cluster.check_name
         raise ValueError(f"cluster purpose {purpose!r} too long for a cluster name: {name!r}")
     return name
 
@@ -92,7 +92,8 @@ def _start_cluster(
 ) -> Cluster:
     """Bring up a cluster (removing a leftover of the same name first), or skip/fail with the reason.
 
-    ``binds``: read-only mounts into every node (``SRC:DST``), e.g. ``provision.sim.engine.engine_binds()``.
+    ``binds``: read-only mounts into every node (``SRC:DST``), e.g.
+    ``provision_sim.serving.setup.engine_binds()``.
     ``mirror``: serve the local package mirror to the nodes. ``boot_timeout``: seconds until sshd answers.
     """
     require_sim_host()
@@ -191,7 +192,7 @@ def sim_host() -> None:
 def sim_cluster(request: pytest.FixtureRequest, fresh_host_network: dict[str, str]) -> Cluster:
     """A running 3-node cluster: openEuler 22.03, Ubuntu 22.04, openEuler 24.03, 8 simulated NPUs each.
 
-    The :class:`provision.sim.cluster.Cluster` gives ``nodes`` (name, ip, flavour, root...),
+    The :class:`provision_sim.cluster.Cluster` gives ``nodes`` (name, ip, flavour, root...),
     ``inventory_path``, ``private_key``, ``known_hosts``, ``controller_ip`` and ``exec(node, argv)``.
     Shared by the whole session: tests may change nodes but must leave them running.
     """

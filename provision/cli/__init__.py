@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import entry_points
 
 import typer
 
 from provision.errors import ProvisionError
 
 # Verb modules, in the order ``provision --help`` lists them.
-VERBS = ("bootstrap", "validate", "plan", "apply", "serve", "image", "sim", "version")
+VERBS = ("bootstrap", "validate", "plan", "apply", "serve", "image", "version")
+# Verbs other distributions add (``provision-sim`` adds ``sim``): entry points of this group, each a
+# ``register(app)`` function.
+VERB_ENTRY_POINTS = "provision.verbs"
 
 app = typer.Typer(
     name="provision",
@@ -32,13 +36,9 @@ def _root() -> None:
 
 
 for _verb in VERBS:
-    try:
-        _module = importlib.import_module(f"provision.cli.{_verb}")
-    except ModuleNotFoundError as exc:  # a verb whose module is not written yet
-        if exc.name != f"provision.cli.{_verb}":
-            raise
-        continue
-    _module.register(app)
+    importlib.import_module(f"provision.cli.{_verb}").register(app)
+for _entry in entry_points(group=VERB_ENTRY_POINTS):
+    _entry.load()(app)
 
 
 def main() -> None:

@@ -23,8 +23,8 @@ import pytest
 from provision.bootstrap.hostkeys import PublicKey
 from provision.inventory.load import load_inventory
 from provision.inventory.validate import validate
-from provision.sim.cluster import Cluster
-from provision.sim.nodes import new_key_pair
+from provision_sim.cluster import Cluster
+from provision_sim.nodes import new_key_pair
 
 pytestmark = pytest.mark.cluster
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_factory fixture (tests/conftest.py)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from provision.ascend import lock, parse_cann_install_info
-from provision.sim.cluster import Cluster
+from provision_sim.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
 

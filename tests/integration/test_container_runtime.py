@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from provision.ascend import lock
-from provision.sim import repos
-from provision.sim.cluster import Cluster
+from provision_sim.cluster import Cluster
+from provision_sim.mirror import repos
 from tests.helpers import Run, host_vars
 from tests.helpers import provision as run_provision
 

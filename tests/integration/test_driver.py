@@ -25,8 +25,8 @@ import yaml
 
 from provision.ascend import lock, parse_install_log, parse_npu_smi_board, parse_npu_smi_info
 from provision.paths import ansible_cfg, ansible_root
-from provision.sim import hardware
-from provision.sim.cluster import Cluster
+from provision_sim import hardware
+from provision_sim.cluster import Cluster
 from tests.helpers import Run, host_vars
 from tests.helpers import provision as run_provision
 

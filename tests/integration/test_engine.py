@@ -20,9 +20,9 @@ import typer
 from typer.testing import CliRunner
 
 from provision.cli.serve import register
-from provision.serving import engine
-from provision.serving.engine import EngineError, EngineProcess, PrepareReport
 from provision.serving.health import Endpoint, State, Timeouts, Verdict, check, wait_ready
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.vllm_cpu import EngineError, EngineProcess, PrepareReport
 
 API_KEY = "test-key"
 LOAD_BUDGET_S = 300.0

@@ -32,11 +32,11 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.serving import engine
-from provision.serving.profiles import shipped_profiles
-from provision.sim import hardware, mirror
-from provision.sim.cluster import Cluster
-from provision.sim.engine import engine_binds
+from provision_sim import hardware
+from provision_sim.cluster import Cluster
+from provision_sim.mirror import run_files as mirror
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.setup import engine_binds, smollm2_profile
 from tests.helpers import complete
 
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
@@ -89,7 +89,7 @@ def provision(*args: str, runs: Path, timeout: float = APPLY_TIMEOUT_S) -> subpr
 
 
 def settings() -> dict[str, Any]:
-    base = shipped_profiles()["smollm2-cpu"].model_dump(exclude_defaults=True)
+    base = smollm2_profile()
     profile = {
         **base,
         "model": str(engine.model_dir()),

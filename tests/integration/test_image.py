@@ -1,6 +1,6 @@
 """`provision image` for real: a private dockerd, a local registry with htpasswd, an offline build.
 
-The bench (``provision.image.testbed``) is what an air-gapped site has: the base image comes from a local
+The bench (``provision_sim.image_bench``) is what an air-gapped site has: the base image comes from a local
 Debian rootfs (the CANN image cannot be pulled here), OS packages from a local apt repository, Python packages
 from a local pip index, all through the Dockerfile's own build arguments (BASE_IMAGE, APT_SOURCE,
 PIP_INDEX_URL, PIP_PACKAGES). Every RUN of the Dockerfile runs. The CLI runs as a user runs it (a subprocess);
@@ -25,9 +25,9 @@ import docker
 import pytest
 
 from provision.image import registry as image_registry
-from provision.image import testbed
 from provision.image.build import BuildOptions, build, check_labels
 from provision.image.spec import Overrides, default_target
+from provision_sim import image_bench as testbed
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parents[2]
@@ -511,7 +511,7 @@ def test_the_real_vllm_engine_behind_the_entrypoint_and_healthcheck(
 ) -> None:
     """The entrypoint execs the real vLLM CPU server (FACTS.md §8) with the profile's arguments; Docker's
     health goes starting (loading: port refused, engine alive) → healthy (/health 200, model listed)."""
-    from provision.serving import engine
+    from provision_sim.serving import vllm_cpu as engine
 
     engine.prepare()
     python = engine.engine_python()

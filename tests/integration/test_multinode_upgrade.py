@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from provision.sim.cluster import Cluster
+from provision_sim.cluster import Cluster
 from tests.helpers import complete
 from tests.integration.test_hccn_gate import (
     POOL,

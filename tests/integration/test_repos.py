@@ -1,4 +1,4 @@
-"""The local mirror (provision.sim.repos) and the openeuler_repos role on the mixed session cluster.
+"""The local mirror (provision_sim.mirror.repos) and the openeuler_repos role on the mixed session cluster.
 
 Unit tests check that the mirror and the role agree (every package the role installs is in the mirror,
 every variable ``sim up`` writes is one the inventory validator knows). The cluster tests run
@@ -23,8 +23,8 @@ import yaml
 from provision.inventory.schema import HostSettings
 from provision.inventory.validate import check
 from provision.paths import ansible_root
-from provision.sim import repos
-from provision.sim.cluster import Cluster
+from provision_sim.cluster import Cluster
+from provision_sim.mirror import repos
 
 ROLE = ansible_root() / "roles" / "openeuler_repos"
 KERNEL = "6.18.44-fc-v669"

@@ -1,6 +1,6 @@
 """The vllm_serve role on a 2-node simulated cluster, serving the REAL vLLM CPU engine (SmolLM2-135M).
 
-Each node sees the engine cache (``provision.serving.engine``) at the same path through read-only bind
+Each node sees the engine cache (``provision_sim.serving.vllm_cpu``) at the same path through read-only bind
 mounts (``Cluster.up(binds=...)``), so ``vllm-smol.service`` runs the cached venv's Python inside the node
 like a production venv. One cluster for the module; the tests run in file order and share it:
 
@@ -32,10 +32,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision.serving import engine
-from provision.serving.profiles import shipped_profiles
-from provision.sim.cluster import Cluster
-from provision.sim.engine import engine_binds, engine_profile_vars
+from provision_sim.cluster import Cluster
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.setup import engine_binds, engine_profile_vars, smollm2_profile
 from tests.helpers import Run
 from tests.helpers import complete as shared_complete
 
@@ -90,7 +89,7 @@ def good_settings() -> dict[str, object]:
         # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
         "vllm_serve_restart_sec": 60,
     }
-    settings.update(engine_profile_vars())  # the engine cache's model, if not in the default folder
+    settings.update(engine_profile_vars())  # the rig's profile, its model in the engine cache
     return settings
 
 
@@ -233,7 +232,7 @@ class Traffic:
 def test_rolling_upgrade_to_a_broken_profile_rolls_back_while_node2_answers(served: Served) -> None:
     good = served.group_vars().read_text()
     broken = yaml.safe_load(good)
-    profile = shipped_profiles()["smollm2-cpu"].model_dump(exclude_defaults=True)
+    profile = smollm2_profile()
     profile.update(broken.get("vllm_serve_profiles", {}).get("smollm2-cpu", {}))
     profile["extra_args"] = ["--no-such-flag"]  # vLLM exits at once: unrecognized arguments
     broken["vllm_serve_profiles"] = {"smollm2-cpu": profile}

@@ -2,7 +2,7 @@
 
 The nodes run a real dockerd with the (simulated) Ascend Docker Runtime, installed by the container_runtime
 role from the cluster's mirror after the repos and driver stages (the driver creates /dev/davinciN). The
-serving image is built here from the nodes' base rootfs (``provision.sim.serve_image``) and put on the
+serving image is built here from the nodes' base rootfs (``provision_sim.serving.image``) and put on the
 cluster's HTTP mirror (``images/`` + ``sha256sums.txt``); the role downloads it from its ``http://`` URL,
 verifies it against that file, ``docker load``s it and removes the tarball, as an air-gapped site does. The
 engine's venv and model reach the containers through read-only volumes (they are bind-mounted into the nodes
@@ -42,16 +42,16 @@ import yaml
 
 from provision.ascend import lock
 from provision.image.spec import Target
-from provision.serving import engine
-from provision.sim.cluster import Cluster
-from provision.sim.engine import container_volumes, engine_binds, engine_profile_vars
-from provision.sim.serve_image import (
+from provision_sim.cluster import Cluster
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.image import (
     BROKEN_TAG,
     ServeImage,
     broken_image,
     ensure_serve_image,
     mirror_serve_image,
 )
+from provision_sim.serving.setup import container_volumes, engine_binds, engine_profile_vars
 from tests.helpers import Run
 from tests.helpers import provision as run_provision
 from tests.integration.test_serve import API_KEY, Traffic, complete, provision
@@ -121,7 +121,7 @@ def settings(image: ServeImage, url: str) -> dict[str, object]:
         # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
         "vllm_serve_restart_sec": 60,
     }
-    values.update(engine_profile_vars())  # the engine cache's model, if not in the default folder
+    values.update(engine_profile_vars())  # the rig's profile, its model in the engine cache
     return values
 
 

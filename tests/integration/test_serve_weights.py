@@ -1,8 +1,8 @@
 """Weights from the mirror (issue 5): a profile whose model folder is not on the node, with ``model_url``.
 
 ONE simulated node, service mode, the real vLLM CPU engine; the cluster's mirror carries the cached SmolLM2
-folder as ``models/smollm2.tar`` + ``sha256sums.txt`` (:mod:`provision.sim.weights`). The tests run in file
-order against one node and one engine start:
+folder as ``models/smollm2.tar`` + ``sha256sums.txt`` (:mod:`provision_sim.mirror.weights`). The tests run
+in file order against one node and one engine start:
 
 1. ``plan`` with two pools sharing the model: one "would download", nothing written.
 2. a reserve that no disk holds: refused before anything is downloaded (the mirror saw HEAD, no GET),
@@ -27,11 +27,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision.serving import engine
-from provision.serving.profiles import shipped_profiles
-from provision.sim.cluster import Cluster
-from provision.sim.engine import engine_binds
-from provision.sim.weights import ModelArchive, mirror_model
+from provision_sim.cluster import Cluster
+from provision_sim.mirror.weights import ModelArchive, mirror_model
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.setup import engine_binds, smollm2_profile
 from tests.helpers import Run, complete, provision
 
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
@@ -55,7 +54,7 @@ class Mirrored:
     def settings(self, profile: dict[str, object] | None = None, **role: object) -> None:
         """group_vars: service mode from the engine's venv, the smollm2 profile with its weights on the mirror
         (plus ``profile`` fields), and ``role`` variables."""
-        shipped = shipped_profiles()["smollm2-cpu"].model_dump(exclude_defaults=True)
+        shipped = smollm2_profile()
         values: dict[str, object] = {
             "npu_pools_list": [POOL],
             "vllm_serve_mode": "service",

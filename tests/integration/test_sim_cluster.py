@@ -18,10 +18,10 @@ import pytest
 
 from provision.errors import EnvironmentProblem, InputError
 from provision.inventory.load import load_inventory, plain
-from provision.sim import cgroups, flavours, hardware, nodes
-from provision.sim.cluster import Cluster
-from provision.sim.network import Subnet
-from provision.sim.nodes import Node
+from provision_sim import cgroups, flavours, hardware, nodes
+from provision_sim.cluster import Cluster
+from provision_sim.network import Subnet
+from provision_sim.nodes import Node
 
 PROVISION = [sys.executable, "-m", "provision"]
 SIM_NPUS = 8  # per node in the session cluster (conftest)

@@ -35,7 +35,7 @@ from provision.ascend import (
     parse_npu_smi_power,
     parse_npu_smi_usages,
 )
-from provision.sim.cluster import Cluster
+from provision_sim.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
 

@@ -51,10 +51,10 @@ from provision.ascend import (
     parse_npu_smi_info,
 )
 from provision.paths import ansible_root
-from provision.serving import engine
-from provision.sim import hardware
-from provision.sim.cluster import Cluster
-from provision.sim.engine import engine_binds, engine_profile_vars
+from provision_sim import hardware
+from provision_sim.cluster import Cluster
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.setup import engine_binds, engine_profile_vars
 from tests.helpers import Run, host_vars, provision
 from tests.helpers import complete as shared_complete
 
@@ -290,7 +290,7 @@ def serving_settings() -> dict[str, Any]:
         "vllm_serve_venv": str(engine.engine_venv()),
         "vllm_serve_api_key": API_KEY,
     }
-    settings.update(engine_profile_vars())  # the engine cache's model, if not in the default folder
+    settings.update(engine_profile_vars())  # the rig's profile, its model in the engine cache
     return settings
 
 

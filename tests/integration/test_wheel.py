@@ -40,6 +40,42 @@ def test_wheel_contains_ansible_content(wheel: Path) -> None:
         assert required in names, required
 
 
+def test_the_product_wheel_holds_no_rig(wheel: Path) -> None:
+    """A rack operator's controller gets the product only: no simulated cluster, hardware, vendor tools,
+    mirror builder, CPU engine, image bench or CPU profile."""
+    names = zipfile.ZipFile(wheel).namelist()
+    rig = [n for n in names if n.startswith(("provision_sim/", "provision/sim/")) or "smollm2" in n]
+    assert rig == []
+    for gone in ("provision/serving/engine.py", "provision/image/testbed.py", "provision/cli/sim.py"):
+        assert gone not in names
+
+
+def test_the_rig_wheel_adds_the_sim_verb(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT / "provision-sim"),
+        ],
+        check=True,
+        timeout=300,
+    )
+    (rig,) = tmp_path.glob("provision_sim-*.whl")
+    archive = zipfile.ZipFile(rig)
+    names = archive.namelist()
+    assert "provision_sim/cli.py" in names and "provision_sim/serving/smollm2-cpu.yml" in names
+    assert not any(n.startswith("provision/") for n in names)
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    text = archive.read(entry_points).decode()
+    assert "[provision.verbs]\nsim = provision_sim.cli:register" in text
+
+
 def test_installed_wheel_runs_a_playbook_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

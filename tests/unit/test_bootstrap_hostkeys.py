@@ -21,7 +21,7 @@ from provision.bootstrap.hostkeys import (
     parse_pins,
 )
 from provision.errors import InputError
-from provision.sim.nodes import new_key_pair
+from provision_sim.nodes import new_key_pair
 
 pytestmark = pytest.mark.unit
 

@@ -92,7 +92,7 @@ def test_merge_without_default_runtime_leaves_the_users_default() -> None:
 
 def test_merge_of_the_installers_output_changes_nothing() -> None:
     """After a fresh install the installer already wrote what the role wants: no second write, no diff."""
-    from provision.sim.hardware.node.ascendsim import docker_runtime
+    from provision_sim.hardware.node.ascendsim import docker_runtime
 
     text = docker_runtime.merge_daemon_json('{"log-driver": "local"}', RUNTIME)
     current = F.container_runtime_parse_daemon_json(text)["data"]

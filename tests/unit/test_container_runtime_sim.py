@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from provision.ascend import lock
-from provision.sim import mirror
-from provision.sim.hardware.node.ascendsim import docker_runtime as rt
-from provision.sim.hardware.testroot import SimRoot
+from provision_sim.hardware.node.ascendsim import docker_runtime as rt
+from provision_sim.hardware.testroot import SimRoot
+from provision_sim.mirror import run_files as mirror
 
 pytestmark = pytest.mark.unit
 

@@ -26,8 +26,8 @@ from provision.ascend.hccn_gate import (
 )
 from provision.serving.multinode import HCCL_IF_BASE_PORT, host_ranks, serving_groups
 from provision.serving.profiles import ProfileError
-from provision.sim import mirror
-from provision.sim.hardware.testroot import SimRoot
+from provision_sim.hardware.testroot import SimRoot
+from provision_sim.mirror import run_files as mirror
 
 pytestmark = pytest.mark.unit
 
@@ -59,7 +59,7 @@ def host(
 
 
 def test_two_nodes_make_one_group_head_first_in_inventory_order() -> None:
-    single = {"name": "chat", "devices": [0], "port": 8001, "profile": "smollm2-cpu"}
+    single = {"name": "chat", "devices": list(range(8)), "port": 8001, "profile": "chat-32b-tp8"}
     [group] = serving_groups(
         [host("node1", "192.0.2.11", POOL, single), host("node2", "192.0.2.12", POOL), host("node3", "x")]
     )

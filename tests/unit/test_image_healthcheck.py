@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-from provision.image import testbed
+from provision_sim import image_bench as testbed
 
 pytestmark = pytest.mark.unit
 SCRIPT = Path(__file__).parents[2] / "container" / "healthcheck.py"

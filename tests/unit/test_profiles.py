@@ -12,11 +12,13 @@ from pydantic import ValidationError
 from provision.inventory.schema import NpuPool, ServingProfile
 from provision.serving import profiles, units
 from provision.serving.profiles import NodeRank, ProfileError
+from provision_sim.serving.setup import smollm2_profile
 from tests.helpers import validate
 
 pytestmark = pytest.mark.unit
 
 SHIPPED = sorted(profiles.shipped_profiles())
+SMOL = {"smollm2-cpu": smollm2_profile()}  # the rig's profile, as its inventory brings it
 
 
 def pool_for(profile: ServingProfile, name: str = "p", port: int = 8000) -> NpuPool:
@@ -27,7 +29,9 @@ def pool_for(profile: ServingProfile, name: str = "p", port: int = 8000) -> NpuP
 
 
 def test_the_seed_cases_are_shipped() -> None:
-    assert {"chat-32b-tp8", "batching-32b-tp8", "deepseek-r1-w8a8-2node", "smollm2-cpu"} <= set(SHIPPED)
+    assert {"chat-32b-tp8", "batching-32b-tp8", "deepseek-r1-w8a8-2node"} <= set(SHIPPED)
+    # the rig's CPU profile comes with the simulated cluster's inventory, not with the product
+    assert "smollm2-cpu" not in SHIPPED
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -144,7 +148,9 @@ def test_instances_for_the_served_pools_only() -> None:
         {"name": "mine", "devices": [2, 3], "port": 8002, "profile": "tp2"},
     ]
     found = profiles.instances(
-        pools, {"tp2": {"model": "/models/m", "tensor_parallel_size": 2}}, extra_env={"LD_LIBRARY_PATH": "/x"}
+        pools,
+        {**SMOL, "tp2": {"model": "/models/m", "tensor_parallel_size": 2}},
+        extra_env={"LD_LIBRARY_PATH": "/x"},
     )
     assert [(i.pool, i.unit, i.port, i.served_model_name) for i in found] == [
         ("smol", "vllm-smol.service", 8000, "smollm2"),
@@ -155,12 +161,12 @@ def test_instances_for_the_served_pools_only() -> None:
     with pytest.raises(ProfileError, match="unknown serving profile 'nope'"):
         profiles.instances([{"name": "a", "devices": [0], "port": 8000, "profile": "nope"}])
     with pytest.raises(ProfileError, match="needs TP x DP x PP = 1"):
-        profiles.instances([{"name": "a", "devices": [0, 1], "port": 8000, "profile": "smollm2-cpu"}])
+        profiles.instances([{"name": "a", "devices": [0, 1], "port": 8000, "profile": "smollm2-cpu"}], SMOL)
 
 
 def test_user_profile_overrides_a_shipped_one() -> None:
-    found = profiles.all_profiles({"smollm2-cpu": {"model": "/elsewhere/smollm2", "served_model_name": "s"}})
-    assert found["smollm2-cpu"].model == "/elsewhere/smollm2"
+    found = profiles.all_profiles({"chat-32b-tp8": {"model": "/elsewhere/qwen", "served_model_name": "s"}})
+    assert found["chat-32b-tp8"].model == "/elsewhere/qwen"
     with pytest.raises(ProfileError, match=r"vllm_serve_profiles\.bad"):
         profiles.all_profiles({"bad": {"model": "/m", "tensor_parallel_size": 0}})
 
@@ -257,10 +263,12 @@ VALIDATE_CASES: list[tuple[str, str, list[str]]] = [
         "port-clash",
         """\
         npu_pools_list:
-          - {name: a, devices: [0], port: 8000, profile: smollm2-cpu}
-          - {name: b, devices: [1], port: 8000, profile: smollm2-cpu}
+          - {name: a, devices: [0], port: 8000, profile: tp1}
+          - {name: b, devices: [1], port: 8000, profile: tp1}
+        vllm_serve_profiles:
+          tp1: {model: /m}
         """,
-        ["npu_pools_list[1].port = 8000", "already used by pool 'a'"],
+        ["npu_pools_list[1].port = 8000", "already used by pool 'a'", "1 problem(s)"],
     ),
     (
         "container-mode-settings",
@@ -339,7 +347,7 @@ ACTION = _load(ROOT / "plugins/action/vllm_health.py", "vllm_health_action")
 def test_filter_instances_carry_the_files_bodies() -> None:
     pools = [{"name": "smol", "devices": [3], "port": 8001, "profile": "smollm2-cpu"}]
     [item] = FILTERS.vllm_serve_instances(
-        pools, {}, ["/v/bin/python", "-m", "x"], pool_checksums={"smol": "ab"}
+        pools, SMOL, ["/v/bin/python", "-m", "x"], pool_checksums={"smol": "ab"}
     )
     assert item["argv"][:4] == ["/v/bin/python", "-m", "x", "--model"]
     assert item["args_text"] == "\n".join(item["argv"]) + "\n"
@@ -354,7 +362,7 @@ def test_filter_pending_lists_installed_files_that_differ() -> None:
         {"name": "a", "devices": [0], "port": 8000, "profile": "smollm2-cpu"},
         {"name": "b", "devices": [1], "port": 8001, "profile": "smollm2-cpu"},
     ]
-    items = FILTERS.vllm_serve_instances(pools, {}, ["py"])
+    items = FILTERS.vllm_serve_instances(pools, SMOL, ["py"])
 
     def stat(item: dict[str, Any], kind: str, body: str | None) -> dict[str, Any]:
         if body is None:

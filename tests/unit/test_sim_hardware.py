@@ -16,9 +16,10 @@ import pytest
 
 from provision.ascend import hccn, npu_smi, pci
 from provision.errors import ProvisionError
-from provision.sim import hardware, mirror
-from provision.sim.hardware.node.ascendsim import npusmi
-from provision.sim.hardware.testroot import SimRoot
+from provision_sim import hardware
+from provision_sim.hardware.node.ascendsim import npusmi
+from provision_sim.hardware.testroot import SimRoot
+from provision_sim.mirror import run_files as mirror
 
 pytestmark = pytest.mark.unit
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from provision.ascend import npu_smi, versions
-from provision.sim import hardware, mirror
-from provision.sim.hardware.node.ascendsim import installer
-from provision.sim.hardware.testroot import SimRoot
+from provision_sim import hardware
+from provision_sim.hardware.node.ascendsim import installer
+from provision_sim.hardware.testroot import SimRoot
+from provision_sim.mirror import run_files as mirror
 
 pytestmark = pytest.mark.unit
 

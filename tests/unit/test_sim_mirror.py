@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from provision.errors import ProvisionError
-from provision.sim import mirror
+from provision_sim.mirror import run_files as mirror
 
 pytestmark = pytest.mark.unit
 
@@ -83,12 +83,12 @@ def test_payload_is_a_makeself_style_archive(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# container engine packages and images (provision.sim.repos / provision.sim.images)
+# container engine packages and images (provision_sim.mirror.repos / provision_sim.images)
 # ------------------------------------------------------------------------------------------------
 
 
 def test_docker_engine_rpm_repacks_the_debian_closure() -> None:
-    from provision.sim import repos
+    from provision_sim.mirror import repos
 
     closure = {
         "docker.io": "20.10.24+dfsg1-1+deb12u1+b6",
@@ -106,7 +106,7 @@ def test_docker_engine_rpm_repacks_the_debian_closure() -> None:
 
 
 def test_group_vars_point_the_verification_at_the_mirrors_image() -> None:
-    from provision.sim import repos
+    from provision_sim.mirror import repos
 
     text = repos.group_vars("http://10.200.0.1:8080")
     assert f"container_runtime_verify_image: {repos.VERIFY_IMAGE}\n" in text
@@ -117,7 +117,7 @@ def test_docker_save_format(tmp_path: Path) -> None:
     import json
     import tarfile
 
-    from provision.sim import images
+    from provision_sim import images
 
     layer = images.Layer.from_entries(
         [images.Entry("/bin/tool", data=b"#!/bin/sh\n", mode=0o755), images.Entry("/bin/alias", link="tool")]
@@ -153,7 +153,7 @@ def test_layer_from_a_tree_keeps_links_and_skips_excluded(tmp_path: Path) -> Non
     import io
     import tarfile
 
-    from provision.sim import images
+    from provision_sim import images
 
     root = tmp_path / "root"
     (root / "usr/bin").mkdir(parents=True)
@@ -173,7 +173,7 @@ def test_busybox_image_has_the_applets(tmp_path: Path) -> None:
     import json
     import tarfile
 
-    from provision.sim import images
+    from provision_sim import images
 
     dest = images.busybox_image(
         tmp_path / "bb.tar", b"\x7fELF static", "provision-sim/busybox:1", machine="aarch64"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from provision.errors import ProvisionError
-from provision.sim import cluster as cluster_module
-from provision.sim import nodes
-from provision.sim.cluster import Cluster
-from provision.sim.network import Subnet
-from provision.sim.nodes import Node
+from provision_sim import cluster as cluster_module
+from provision_sim import nodes
+from provision_sim.cluster import Cluster
+from provision_sim.network import Subnet
+from provision_sim.nodes import Node
 
 pytestmark = pytest.mark.unit
 

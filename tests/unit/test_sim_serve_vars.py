@@ -11,10 +11,11 @@ import yaml
 
 from provision.errors import ProvisionError
 from provision.inventory.validate import host_issues
-from provision.serving import engine
-from provision.sim import engine as sim_engine
-from provision.sim import repos, serve_image
-from provision.sim.engine import SERVE_POOL, serving_group_vars
+from provision_sim.mirror import repos
+from provision_sim.serving import image as serve_image
+from provision_sim.serving import setup as sim_engine
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.setup import SERVE_POOL, serving_group_vars
 
 pytestmark = pytest.mark.unit
 

@@ -355,8 +355,9 @@ def test_preflight_filter_accepts_the_tagged_values_ansible_hands_it() -> None:
         "name": origin.tag("chat"),
         "devices": [origin.tag(0)],
         "port": origin.tag(8000),
-        "profile": origin.tag("smollm2-cpu"),
+        "profile": origin.tag("chat-32b-tp8"),
     }
+    pool["devices"] = [origin.tag(i) for i in range(8)]
     assert type(pool["port"]) is not int  # really the tagged type, or this test proves nothing
     assert host_issues("node1", {"npu_pools_list": [pool]}) == []
     bad = {**pool, "port": origin.tag("eighty")}

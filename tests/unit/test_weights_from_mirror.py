@@ -1,6 +1,6 @@
 """Weights from a mirror (issue 5): the profile fields model_url / model_sha256 and their refusals by
 ``provision validate`` (before any host is touched), the role's variables, and the simulated mirror's
-model archive (:mod:`provision.sim.weights`)."""
+model archive (:mod:`provision_sim.mirror.weights`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from provision.inventory.schema import NpuPool, ServingProfile
 from provision.serving import profiles
-from provision.sim import weights
+from provision_sim.mirror import weights
 from tests.helpers import validate
 
 pytestmark = pytest.mark.unit
@@ -79,7 +79,8 @@ def test_instances_carry_the_url_and_a_lower_case_sha() -> None:
     (instance,) = profiles.instances([pool], user)
     assert (instance.model, instance.model_url, instance.model_sha256) == ("/data/m", "http://m/m.tar", SHA)
     assert "--model" in instance.args and not any("m.tar" in arg for arg in instance.args)
-    shipped = profiles.instances([NpuPool(name="c", devices=[0], port=8000, profile="smollm2-cpu")])
+    pool = NpuPool(name="c", devices=list(range(8)), port=8000, profile="chat-32b-tp8")
+    shipped = profiles.instances([pool])
     assert (shipped[0].model_url, shipped[0].model_sha256) == ("", "")
 
 

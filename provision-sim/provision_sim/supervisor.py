@@ -1,6 +1,6 @@
 """Keep one simulated node alive across reboots.
 
-Usage: ``python -m provision.sim.supervisor NODE_DIR MACHINE -- systemd-nspawn ...``.
+Usage: ``python -m provision_sim.supervisor NODE_DIR MACHINE -- systemd-nspawn ...``.
 
 ``systemd-nspawn --boot`` exits with status 133 when the node's systemd asks for a reboot
 (``systemctl reboot``, Ansible's ``reboot`` module): the supervisor then boots it again, so the node really
@@ -10,7 +10,7 @@ crash) ends the supervisor and the node stays down.
 SIGTERM (``provision sim down``) is passed on to systemd-nspawn, which asks the node's systemd for a clean
 poweroff; the supervisor then exits instead of booting again.
 
-Each boot starts in the node's own cgroups (``provision-sim/MACHINE``, see :mod:`provision.sim.cgroups`).
+Each boot starts in the node's own cgroups (``provision-sim/MACHINE``, see :mod:`provision_sim.cgroups`).
 
 Files in NODE_DIR: ``nspawn.pid`` (``"<pid> <start time>"`` of the running systemd-nspawn, for ``down``)
 and ``boots`` (how many times the node was started).
@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from provision.sim import cgroups
-from provision.sim.system import ProcessRef
+from provision_sim import cgroups
+from provision_sim.system import ProcessRef
 
 REBOOT_EXIT_STATUS = 133
 
@@ -72,7 +72,7 @@ def _log(text: str) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: python -m provision.sim.supervisor NODE_DIR MACHINE -- COMMAND...", file=sys.stderr)
+        print("usage: python -m provision_sim.supervisor NODE_DIR MACHINE -- COMMAND...", file=sys.stderr)
         return 2
     return supervise(Path(argv[0]), argv[1], argv[3:])
 

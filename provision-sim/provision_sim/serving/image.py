@@ -1,18 +1,19 @@
 """The serving image of the simulated cluster: container-mode vLLM on the nodes' real docker.
 
 No registry is reachable and the real vllm-ascend image needs NPUs, so the tests and ``make demo`` serve
-with an image built here, in the format ``docker save`` writes (:mod:`provision.sim.images`), from:
+with an image built here, in the format ``docker save`` writes (:mod:`provision_sim.images`), from:
 
-- ONE layer: the cached base rootfs tar of :mod:`provision.sim.rootfs` (Debian, the nodes' own base,
+- ONE layer: the cached base rootfs tar of :mod:`provision_sim.rootfs` (Debian, the nodes' own base,
   ≈ 370 MB), taken as it is;
 - a small layer with our image's entrypoint (``container/entrypoint.sh`` and ``ascend-env.sh``, as the
   ``Dockerfile`` installs them in ``/opt/provision``), with ``VLLM_PYTHON`` set to the cached engine's
   Python.
 
 The engine itself (its venv, interpreter and model, ≈ 3.5 GB) is NOT in the image: the nodes already see it
-at its host paths (:func:`provision.sim.engine.engine_binds`) and the containers get the same folders through
-read-only volumes (``vllm_serve_container_volumes``). So ``docker run IMAGE --model ... --port 8000`` on a
-node runs ``$VLLM_PYTHON -m vllm.entrypoints.openai.api_server --model ...``, like the production image.
+at its host paths (:func:`provision_sim.serving.setup.engine_binds`) and the containers get the same
+folders through read-only volumes (``vllm_serve_container_volumes``). So ``docker run IMAGE --model ...
+--port 8000`` on a node runs ``$VLLM_PYTHON -m vllm.entrypoints.openai.api_server --model ...``, like the
+production image.
 
 The tarballs are cached in ``<sim cache>/serve-images/`` (``$PROVISION_SIM_CACHE``, default
 ``/var/cache/provision-sim``). :func:`mirror_serve_image` hard-links the serving image into the cluster's
@@ -35,9 +36,10 @@ from pathlib import Path
 
 from provision.errors import ProvisionError
 from provision.image.context import default_context_dir
-from provision.serving import engine
-from provision.sim import images, repos, rootfs
-from provision.sim.system import locked
+from provision_sim import images, rootfs
+from provision_sim.mirror import repos
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.system import locked
 
 __all__ = [
     "BROKEN_TAG",

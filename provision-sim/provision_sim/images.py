@@ -179,7 +179,7 @@ def save_image(dest: Path, tag: str, layers: Sequence[Layer], config: ImageConfi
             "Labels": dict(config.labels) or None,
         },
         "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
-        "history": [{"created": CREATED, "created_by": "provision.sim.images"} for _ in layers],
+        "history": [{"created": CREATED, "created_by": "provision_sim.images"} for _ in layers],
     }
     config_bytes = json.dumps(image_config, sort_keys=True, separators=(",", ":")).encode()
     config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"

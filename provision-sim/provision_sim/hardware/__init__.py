@@ -4,7 +4,7 @@ The simulator is the only place hardware is faked. Inside a node, production cod
 names — ``lspci``, ``npu-smi``, ``/usr/local/Ascend/driver/tools/hccn_tool``, the vendor ``.run``
 files — and they behave per the documented contracts and the verbatim samples in
 ``shared/reference/samples``. The node side is the stdlib-only package ``ascendsim``
-(``provision/sim/hardware/node/ascendsim``), copied to ``/usr/lib/provision-sim/ascendsim``.
+(``provision-sim/provision_sim/hardware/node/ascendsim``), copied to ``/usr/lib/provision-sim/ascendsim``.
 
 * :func:`install_tools` — once per base rootfs: the engine and the boot unit
   ``provision-sim-hardware.service`` (PCI view, firmware activation, driver load with device nodes).
@@ -36,7 +36,8 @@ What the cluster code provides (nothing else is needed for the tools to work):
   :func:`npu_fabric_gateways`, bind-mounted into the node with
   ``--bind-ro=/run/netns/<npu-netns>:/run/provision-sim/npu-netns``. Without it the ICMP probes run in
   the node's own namespace (so only addresses reachable there answer).
-* The ``.run`` files of :mod:`provision.sim.mirror`, built for the nodes' ``uname -m``, served over HTTP.
+* The ``.run`` files of :mod:`provision_sim.mirror.run_files`, built for the nodes' ``uname -m``, served
+  over HTTP.
 * For the Ascend Docker Runtime (``docker-runtime`` ``.run``): nothing more — its OCI runtime
   (``ascendsim/docker_runtime.py``) runs inside the node's real dockerd and execs the node's ``runc``; the
   engine itself comes from the mirror (Debian's ``docker.io`` + closure, or the ``docker-engine`` rpm).
@@ -165,7 +166,7 @@ def install_tools(rootfs: Path) -> None:
     Writes ``/usr/lib/provision-sim/ascendsim/`` (the engine), ``/etc/systemd/system/``
     ``provision-sim-hardware.service`` enabled for ``sysinit.target``, and the empty folders
     ``/etc/provision-sim`` and ``/var/lib/provision-sim``. Nothing vendor-made is installed: no npu-smi,
-    no hccn_tool, no driver — those come from the ``.run`` packages of :mod:`provision.sim.mirror`.
+    no hccn_tool, no driver — those come from the ``.run`` packages of :mod:`provision_sim.mirror.run_files`.
     """
     rootfs = Path(rootfs)
     if not rootfs.is_dir():

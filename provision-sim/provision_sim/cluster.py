@@ -8,10 +8,10 @@ trace. The cluster folder (``/var/lib/provision-sim/<name>``; the parent folder 
     id_ed25519      the controller's SSH key, authorized for root on every node
     known_hosts     each node's host key, generated and recorded at `up`: host key checking stays on
     inventory.ini   the nodes in group ``npu_nodes``, ready for ``provision apply`` / ``ansible-playbook``
-    group_vars/npu_nodes.yml  the local mirror's URLs for the roles (see :mod:`provision.sim.repos`)
+    group_vars/npu_nodes.yml  the local mirror's URLs for the roles (see :mod:`provision_sim.mirror.repos`)
     mirror.pid, mirror.json, mirror.log   the local mirror's HTTP server in the controller namespace
     cp/             this cluster's SSH ControlMaster sockets (closed at `down`)
-    nodes/<name>/   one folder per node (see :mod:`provision.sim.nodes`)
+    nodes/<name>/   one folder per node (see :mod:`provision_sim.nodes`)
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError, ProvisionError
-from provision.sim import flavours, network, nodes, repos, rootfs
-from provision.sim.network import Subnet
-from provision.sim.nodes import Node
-from provision.sim.system import locked, pids_in_netns, require_host
+from provision_sim import flavours, network, nodes, rootfs
+from provision_sim.mirror import repos
+from provision_sim.network import Subnet
+from provision_sim.nodes import Node
+from provision_sim.system import locked, pids_in_netns, require_host
 
 DEFAULT_NAME = "default"
 DEFAULT_STATE_ROOT = Path("/var/lib/provision-sim")

@@ -1,6 +1,6 @@
 """OS flavours of simulated nodes: what makes a Debian bookworm rootfs look like openEuler or Ubuntu.
 
-Every node boots the same Debian base (see :mod:`provision.sim.rootfs`). A flavour is a handful of files
+Every node boots the same Debian base (see :mod:`provision_sim.rootfs`). A flavour is a handful of files
 written into the node's copy-on-write layer before boot:
 
 - ``/etc/os-release`` (and ``/usr/lib/os-release``) of the real distribution, so ``ansible_facts`` report it;

@@ -1,7 +1,7 @@
 """The body of every simulated vendor ``.run`` installer (what the makeself header runs after unpacking).
 
 ``python3 -m ascendsim install <payload>/package.json [flags]`` — ``package.json`` is the manifest
-written by ``provision.sim.mirror`` (component, version, arch, ...). Installed packages keep a copy
+written by ``provision_sim.mirror.run_files`` (component, version, arch, ...). Installed packages keep a copy
 of their manifest (with ``install_path``) next to their ``uninstall.sh`` so that script works later.
 
 Components and their flags (anything else → ``[ERROR]Unsupported parameter``, exit 1):

@@ -1,11 +1,11 @@
 """One simulated node: a copy-on-write root filesystem, booted by real systemd in its own network namespace.
 
-Life of a node (driven by :mod:`provision.sim.cluster`)::
+Life of a node (driven by :mod:`provision_sim.cluster`)::
 
     prepare()   upper layer gets the node's identity (hostname, host key, authorized key, machine-id),
                 its OS flavour and its simulated hardware config; then the overlayfs is mounted:
                 lower = shared base rootfs (read-only), upper = this node's changes
-    start()     launches the supervisor (``provision.sim.supervisor``), which runs
+    start()     launches the supervisor (``provision_sim.supervisor``), which runs
                 ``systemd-nspawn --boot`` in the node's network namespace (its NPU fabric namespace
                 bound at /run/provision-sim/npu-netns) and boots it again on reboot
     ...         the node runs sshd; Ansible reaches it over SSH like any server
@@ -37,8 +37,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from provision.errors import ProvisionError
-from provision.sim import cgroups, flavours, network
-from provision.sim.system import ProcessRef, read_ref, run
+from provision_sim import cgroups, flavours, network
+from provision_sim.system import ProcessRef, read_ref, run
 
 DEFAULT_NPU_NETNS = "/run/provision-sim/npu-netns"
 
@@ -171,11 +171,11 @@ def _write(upper: Path, base: Path, path: str, content: str, mode: int = 0o644) 
 
 
 def hardware_module() -> object | None:
-    """The simulated NPU hardware (``provision.sim.hardware``), or ``None`` where it is not installed."""
+    """The simulated NPU hardware (``provision_sim.hardware``), or ``None`` where it is not installed."""
     try:
-        return importlib.import_module("provision.sim.hardware")
+        return importlib.import_module("provision_sim.hardware")
     except ModuleNotFoundError as exc:
-        if exc.name != "provision.sim.hardware":
+        if exc.name != "provision_sim.hardware":
             raise
         return None
 
@@ -264,7 +264,7 @@ def start(node: Node, binds: Sequence[str] = ()) -> ProcessRef:
             [
                 sys.executable,
                 "-m",
-                "provision.sim.supervisor",
+                "provision_sim.supervisor",
                 str(node.dir),
                 node.machine,
                 "--",

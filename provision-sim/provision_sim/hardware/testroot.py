@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from provision.sim.hardware import ENGINE_DIR, install_tools, set_faults, write_node_config
+from provision_sim.hardware import ENGINE_DIR, install_tools, set_faults, write_node_config
 
 PREREQUISITES = ("lspci", "ifconfig", "dkms", "gcc", "make")
 """Commands the driver installer looks for; :meth:`SimRoot.create` provides stubs of them by default."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.errors import ProvisionError
-from provision.sim.system import run
+from provision_sim.system import run
 
 NETNS_DIR = Path("/run/netns")
 FABRIC_BRIDGE = "fabric"

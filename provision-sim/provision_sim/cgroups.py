@@ -12,7 +12,7 @@ container engine inside the node cannot create its containers' cgroups (runc: "m
 /sys/fs/cgroup/cpuset/docker/...: read-only file system"). So the node also gets its own
 ``provision-sim/<machine>`` in every writable v1 controller hierarchy (cpuset initialised from the root),
 bound writable into the node at :data:`NODE_BIND_DIR`; the node's ``provision-sim-cgroups.service`` mounts
-them over ``/sys/fs/cgroup/<controller>`` early at boot (see :mod:`provision.sim.rootfs`), as a real
+them over ``/sys/fs/cgroup/<controller>`` early at boot (see :mod:`provision_sim.rootfs`), as a real
 server's writable cgroups. The node's processes are in those cgroups too, so what the node sees as its root
 is its own subtree.
 """

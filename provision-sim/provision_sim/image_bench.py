@@ -34,7 +34,7 @@ import docker
 import docker.errors
 
 from provision.errors import EnvironmentProblem, ProvisionError
-from provision.sim.system import locked
+from provision_sim.system import locked
 
 CACHE_ENV = "PROVISION_IMAGE_TEST_CACHE"
 DEFAULT_CACHE = Path("/var/cache/provision-image-test")

@@ -3,7 +3,7 @@
 Air-gapped sites keep weights on an internal HTTP mirror and give a serving profile ``model_url`` (an
 archive of the model folder) and ``model_sha256`` (or a ``sha256sums.txt`` beside the archive); the
 ``vllm_serve`` role downloads, verifies and extracts it on the nodes that lack the folder. For tests and
-rehearsals this module puts the engine cache's model (:func:`provision.serving.engine.model_dir`) on the
+rehearsals this module puts the engine cache's model (:func:`provision_sim.serving.vllm_cpu.model_dir`) on the
 cluster's mirror the same way::
 
     <mirror root>/models/smollm2.tar        the folder smollm2/ (uncompressed: safetensors do not compress)
@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.errors import ProvisionError
-from provision.serving import engine
-from provision.sim import repos, rootfs
-from provision.sim.system import locked
+from provision_sim import rootfs
+from provision_sim.mirror import repos
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.system import locked
 
 __all__ = [
     "ARCHIVE",
@@ -94,12 +95,12 @@ def build_model_archive(model_dir: Path, dest: Path, top: str | None = None) -> 
 def ensure_model_archive(cache: Path | None = None, model_dir: Path | None = None) -> ModelArchive:
     """The cached archive of ``model_dir`` (default the engine cache's SmolLM2), written first if missing.
 
-    Needs the engine prepared (:func:`provision.serving.engine.prepare`). Older archives are removed.
+    Needs the engine prepared (:func:`provision_sim.serving.vllm_cpu.prepare`). Older archives are removed.
     """
     model_dir = Path(model_dir or engine.model_dir())
     if not model_dir.is_dir():
         raise ProvisionError(
-            f"no model folder at {model_dir}: run python -m provision.serving.engine prepare"
+            f"no model folder at {model_dir}: run python -m provision_sim.serving.vllm_cpu prepare"
         )
     folder = (cache or rootfs.cache_dir()) / FOLDER
     key = _key(model_dir)

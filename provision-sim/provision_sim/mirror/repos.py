@@ -55,8 +55,9 @@ from pathlib import Path
 
 from provision.ascend import lock
 from provision.errors import EnvironmentProblem, ProvisionError
-from provision.sim import images, mirror, rootfs
-from provision.sim.system import ProcessRef, locked, read_ref
+from provision_sim import images, rootfs
+from provision_sim.mirror import run_files as mirror
+from provision_sim.system import ProcessRef, locked, read_ref
 
 CONTENT_VERSION = 3
 """Bump when what :func:`build_mirror` writes changes, so cached mirrors are rebuilt."""
@@ -412,7 +413,7 @@ def _remove_stale(cache: Path, keep: Path) -> None:
 
 
 def _server_records() -> list[Path]:
-    from provision.sim.cluster import state_root
+    from provision_sim.cluster import state_root
 
     return list(state_root().glob("*/mirror.json"))
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from provision.serving import engine
-from provision.sim import repos, rootfs, serve_image
+from provision_sim import rootfs
+from provision_sim.mirror import repos
+from provision_sim.serving import image as serve_image
+from provision_sim.serving import vllm_cpu as engine
 
 
 def engine_binds() -> list[str]:
@@ -18,7 +21,7 @@ def engine_binds() -> list[str]:
 
     The engine cache and its interpreter's prefix (``engine_runtime_paths()``), plus host libraries that
     vLLM's native extension links against and the nodes' base system lacks (libnuma), then the folder of
-    the serving image tarballs (:func:`provision.sim.serve_image.image_binds`, container mode).
+    the serving image tarballs (:func:`provision_sim.serving.image.image_binds`, container mode).
     """
     return [*_engine_only_binds(), *serve_image.image_binds()]
 
@@ -55,22 +58,26 @@ SERVE_MODE = "container"
 installs docker and the Ascend Docker Runtime first)."""
 
 
-def engine_profile_vars() -> dict[str, object]:
-    """``vllm_serve_profiles`` pointing smollm2-cpu at the engine cache's model, when the cache is not in the
-    default folder the shipped profile names (``PROVISION_ENGINE_CACHE``); else nothing."""
-    from provision.serving.profiles import shipped_profiles
+PROFILE = "smollm2-cpu"
+"""The serving profile of the simulated nodes; not an Ascend profile, so the rig brings it in the
+inventory (``vllm_serve_profiles``) as a site brings its own, rather than among the shipped ones."""
 
-    shipped = shipped_profiles()["smollm2-cpu"]
-    if Path(shipped.model) == engine.model_dir():
-        return {}
-    profile = shipped.model_dump(exclude_defaults=True)
-    return {"vllm_serve_profiles": {"smollm2-cpu": {**profile, "model": str(engine.model_dir())}}}
+
+def smollm2_profile() -> dict[str, Any]:
+    """The smollm2-cpu profile (``smollm2-cpu.yml`` beside this file), its model in the engine cache."""
+    raw: dict[str, Any] = yaml.safe_load((Path(__file__).with_name(f"{PROFILE}.yml")).read_text())
+    return {**raw, "model": str(engine.model_dir())}
+
+
+def engine_profile_vars() -> dict[str, object]:
+    """``vllm_serve_profiles`` with the smollm2-cpu profile, for an inventory whose pools serve it."""
+    return {"vllm_serve_profiles": {PROFILE: smollm2_profile()}}
 
 
 def serving_group_vars(mode: str = SERVE_MODE, cluster_dir: Path | None = None) -> str:
     """YAML for ``group_vars/npu_nodes.yml``: each node serves SmolLM2 from the cached engine.
 
-    ``container``: in a container of the image :mod:`provision.sim.serve_image` builds (written here when
+    ``container``: in a container of the image :mod:`provision_sim.serving.image` builds (written here when
     missing), with the engine's paths as read-only volumes. When ``cluster_dir`` (``Cluster.dir``) serves a
     mirror, the image goes on it and the role downloads it over HTTP, verifies it against the mirror's
     ``images/sha256sums.txt`` and ``docker load``s it, as an air-gapped site does; else the role loads it

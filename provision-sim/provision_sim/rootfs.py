@@ -7,12 +7,12 @@ Two cached artefacts under the cache folder (``/var/cache/provision-sim``, or ``
     :data:`PACKAGES` builds a new one.
 ``rootfs-<key>/``
     The tar unpacked and prepared for booting as a node (:func:`prepare`), plus the simulated NPU tools
-    of :mod:`provision.sim.hardware` when that package exists. ``<key>`` hashes the tar, this file's
+    of :mod:`provision_sim.hardware` when that package exists. ``<key>`` hashes the tar, this file's
     :data:`PREPARE_VERSION` and the hardware sources, so editing the simulator re-prepares (≈ 5 s) without
     re-downloading. Nodes mount it read-only as the lower layer of their overlayfs.
 
 One base serves every flavour: dnf/rpm (openEuler) and apt (Ubuntu) are both installed, and each node hides
-the package manager its distribution lacks (:mod:`provision.sim.flavours`). Measured: one base with dnf
+the package manager its distribution lacks (:mod:`provision_sim.flavours`). Measured: one base with dnf
 costs ≈ 28 s and 370 MB, against ≈ 31 s + ≈ 31 s for two separate bases.
 """
 
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from provision.errors import EnvironmentProblem, ProvisionError
-from provision.sim.cgroups import NODE_BIND_DIR
-from provision.sim.system import locked
+from provision_sim.cgroups import NODE_BIND_DIR
+from provision_sim.system import locked
 
 SUITE = "bookworm"
 DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -70,7 +70,7 @@ PasswordAuthentication no
 UseDNS no
 """
 
-# The node's own writable cgroup v1 controllers (bound in by systemd-nspawn, see provision.sim.cgroups)
+# The node's own writable cgroup v1 controllers (bound in by systemd-nspawn, see provision_sim.cgroups)
 # mounted where a container engine looks for them, before anything starts. Nothing on cgroup2-only hosts.
 CGROUPS_UNIT_NAME = "provision-sim-cgroups.service"
 CGROUPS_UNIT = f"""[Unit]
@@ -191,8 +191,8 @@ def prepare(root: Path) -> None:
 
 
 def _install_hardware_tools(root: Path) -> None:
-    """Hand the rootfs to the simulated NPU hardware (``provision.sim.hardware``), if it is installed."""
-    from provision.sim.nodes import hardware_module
+    """Hand the rootfs to the simulated NPU hardware (``provision_sim.hardware``), if it is installed."""
+    from provision_sim.nodes import hardware_module
 
     install: Callable[[Path], None] | None = getattr(hardware_module(), "install_tools", None)
     if install is not None:
@@ -201,7 +201,7 @@ def _install_hardware_tools(root: Path) -> None:
 
 def _hardware_digest() -> str:
     """A hash of the hardware simulator's sources: the rootfs is re-prepared when they change."""
-    spec = importlib.util.find_spec("provision.sim.hardware")
+    spec = importlib.util.find_spec("provision_sim.hardware")
     if spec is None:
         return "none"
     if spec.submodule_search_locations:

@@ -13,8 +13,8 @@ import time
 import typer
 
 from provision.cli.console import Console
-from provision.sim import flavours
-from provision.sim.cluster import DEFAULT_NAME, Cluster
+from provision_sim import flavours
+from provision_sim.cluster import DEFAULT_NAME, Cluster
 
 sim_app = typer.Typer(
     help="Rehearse before production: a simulated Ascend cluster of real Linux nodes reachable over SSH.",
@@ -47,7 +47,7 @@ def up(
         "--bind-ro",
         metavar="SRC[:DST]",
         help="Mount a host folder or file read-only into every node (repeatable), e.g. the cached engine: "
-        "see `python -m provision.serving.engine paths`.",
+        "see `python -m provision_sim.serving.vllm_cpu paths`.",
     ),
     serve: bool = typer.Option(
         False,
@@ -63,15 +63,15 @@ def up(
     err = Console.for_stream(sys.stderr)
     binds = list(bind_ro)
     if serve:
-        from provision.serving import engine
-        from provision.sim.engine import engine_binds
+        from provision_sim.serving import vllm_cpu as engine
+        from provision_sim.serving.setup import engine_binds
 
         report = engine.prepare(progress=err.status)
         err.status(f"vLLM CPU engine: {report.summary()}")
         binds += [bind for bind in engine_binds() if bind not in binds]
     cluster = Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status, binds=binds)
     if serve:
-        from provision.sim.engine import serving_group_vars
+        from provision_sim.serving.setup import serving_group_vars
 
         cluster.group_vars_path.parent.mkdir(parents=True, exist_ok=True)
         with cluster.group_vars_path.open("a", encoding="utf-8") as handle:
