@@ -40,7 +40,8 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
-	$(BIN)/ansible-lint --offline playbooks roles
+	ANSIBLE_COLLECTIONS_PATH=$$($(BIN)/python -c 'from provision.paths import collections_path as c; print(c())') \
+		$(BIN)/ansible-lint --offline playbooks roles
 
 unit: setup
 	$(BIN)/pytest -m unit -q

@@ -32,15 +32,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from provision.paths import collections_path
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 STOCK_CFG = """\
 [defaults]
-roles_path = {root}/roles
-library = {root}/plugins/modules
-action_plugins = {root}/plugins/action
-filter_plugins = {root}/plugins/filter
+collections_path = {collections}
 host_key_checking = True
 interpreter_python = auto_silent
 forks = 5
@@ -108,7 +107,7 @@ def main() -> None:
         print("converging once (not timed) ...", flush=True)
         run([*provision, "apply", str(inventory), "-p", args.playbook], env)
         with tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False) as cfg:
-            cfg.write(STOCK_CFG.format(root=ROOT))
+            cfg.write(STOCK_CFG.format(collections=collections_path()))
         stock_env = {**env, "ANSIBLE_CONFIG": cfg.name}
         playbook = ROOT / "playbooks" / f"{args.playbook.removesuffix('.yml')}.yml"
         stock = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)]

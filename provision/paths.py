@@ -1,22 +1,50 @@
-"""Where the Ansible content (playbooks, roles, plugins, ansible.cfg) lives.
+"""Where the Ansible content lives: the collection ``provision.ascend`` (playbooks, roles, plugins).
 
-From a git checkout it is the repository root; from an installed wheel it is ``provision/_ansible``
-(see ``[tool.hatch.build.targets.wheel.force-include]`` in pyproject.toml).
+From a git checkout the repository root is the collection's root (``galaxy.yml`` beside ``pyproject.toml``);
+from an installed wheel it is ``provision/_ansible/ansible_collections/provision/ascend`` (see
+``[tool.hatch.build.targets.wheel.force-include]`` in pyproject.toml). Ansible finds a collection only below
+``ansible_collections/<namespace>/<name>/`` of a collections path: :func:`collections_path` gives one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+NAMESPACE, NAME = "provision", "ascend"
+COLLECTION = f"{NAMESPACE}.{NAME}"
+"""The collection's name: every role, module and filter of it is ``provision.ascend.<name>``."""
+_BUNDLED = _PACKAGE_DIR / "_ansible"
 
 
 def ansible_root() -> Path:
-    """The folder holding ``playbooks/``, ``roles/``, ``plugins/`` and ``ansible.cfg``."""
-    bundled = _PACKAGE_DIR / "_ansible"
+    """The collection's root: ``playbooks/``, ``roles/``, ``plugins/``, ``galaxy.yml``, ``ansible.cfg``."""
+    bundled = _BUNDLED / "ansible_collections" / NAMESPACE / NAME
     if (bundled / "playbooks").is_dir():
         return bundled
     return _PACKAGE_DIR.parent
+
+
+def collections_path() -> Path:
+    """A folder holding ``ansible_collections/provision/ascend`` = :func:`ansible_root`, for
+    ``ANSIBLE_COLLECTIONS_PATH``. The wheel's copy is laid out so already; a checkout gets a link to itself
+    under the user's cache, one per checkout (CI's clean clone and a developer's tree never share one)."""
+    root = ansible_root()
+    if root.parent.name == NAMESPACE and root.parent.parent.name == "ansible_collections":
+        return root.parents[2]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "provision" / "collections"
+    base = cache / hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    link = base / "ansible_collections" / NAMESPACE / NAME
+    if not (link.is_symlink() and link.resolve() == root):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            link.unlink()
+        with contextlib.suppress(FileExistsError):  # another run made it meanwhile
+            link.symlink_to(root, target_is_directory=True)
+    return base
 
 
 def playbook(name: str) -> Path:

@@ -24,7 +24,7 @@ from typing import NoReturn
 import pytest
 
 from provision.errors import EnvironmentProblem
-from provision.paths import ansible_cfg
+from provision.runner.run import ansible_env
 from provision_sim.cluster import BOOT_TIMEOUT_S, Cluster, state_root
 from provision_sim.system import require_host
 
@@ -269,7 +269,7 @@ def _run_ansible(
     argv = [str(ansible), "-i", str(inventory), pattern, "-m", module]
     if args:
         argv += ["-a", args]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ansible_cfg()), "ANSIBLE_NOCOLOR": "1"}
+    env = {**os.environ, **ansible_env()}
     return subprocess.run(
         [*argv, *extra], capture_output=True, text=True, env=env, timeout=timeout, check=False
     )

@@ -15,7 +15,6 @@ and the exit code are those of the heads and single-node instances.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import urllib.parse
@@ -31,6 +30,7 @@ from provision.cli.console import Console
 from provision.errors import InputError
 from provision.inventory.schema import HOST_GROUP
 from provision.inventory.validate import check as check_inventory
+from provision.runner.run import ansible_env
 from provision.serving.health import Endpoint, State, Timeouts, Verdict, check
 
 LOG_LINES = 20
@@ -233,16 +233,11 @@ def probe_inventory(
             private_data_dir=private,
             inventory=str(inventory.resolve()),
             host_pattern=HOST_GROUP,
-            module="vllm_health",
+            module=f"{paths.COLLECTION}.vllm_health",
             module_args=args,
             limit=limit,
             extravars=extravars,
-            envvars={
-                "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
-                "ANSIBLE_NOCOLOR": "1",
-                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-                "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
-            },
+            envvars=ansible_env(),
             event_handler=handle,
             quiet=True,
         )

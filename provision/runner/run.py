@@ -175,6 +175,25 @@ def strategy_settings(environ: Mapping[str, str] | None = None) -> dict[str, str
     return settings
 
 
+DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collections"
+
+
+def ansible_env() -> dict[str, str]:
+    """The environment of every Ansible run provision starts: its ansible.cfg, its collection first on the
+    collections path (then the user's), plain output, and the user's host key checking."""
+    user_collections = os.environ.get("ANSIBLE_COLLECTIONS_PATH", DEFAULT_COLLECTIONS_PATH)
+    return {
+        "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([str(paths.collections_path()), user_collections]),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PATH": _search_path(),
+        # ansible-runner turns host key checking off unless told; we keep Ansible's (and our cfg's) default.
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+    }
+
+
 def run_playbook(
     playbook: str,
     inventory: Path,
@@ -205,17 +224,7 @@ def run_playbook(
         cmdline.append("--diff")
     if skip_tags:
         cmdline += ["--skip-tags", skip_tags]
-    envvars = {
-        "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_NOCOLOR": "1",
-        "PYTHONUNBUFFERED": "1",
-        "PATH": _search_path(),
-        # ansible-runner turns host key checking off unless told; we keep Ansible's (and our cfg's) default.
-        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
-        **strategy_settings(),
-        **(env or {}),
-    }
+    envvars = {**ansible_env(), **strategy_settings(), **(env or {})}
     started = time.monotonic()
     kwargs: dict[str, Any] = {
         "private_data_dir": str(run_dir),

@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from provision.ascend import lock, parse_install_log, parse_npu_smi_board, parse_npu_smi_info
-from provision.paths import ansible_cfg, ansible_root
+from provision.paths import ansible_root
+from provision.runner.run import ansible_env
 from provision_sim import hardware
 from provision_sim.cluster import Cluster
 from tests.helpers import Run, host_vars
@@ -56,7 +57,7 @@ def provision(verb: str, inventory: Path, playbook: str, *args: str, timeout: fl
 
 def ansible_playbook(inventory: Path, *playbooks: str) -> subprocess.CompletedProcess[str]:
     """Plain ansible-playbook with the project's ansible.cfg (what users without provision run)."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ansible_cfg()), "ANSIBLE_NOCOLOR": "1"}
+    env = {**os.environ, **ansible_env()}  # the project's ansible.cfg, the collection on the path
     argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory)]
     argv += [str(ansible_root() / "playbooks" / f"{name}.yml") for name in playbooks]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)

@@ -12,6 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parents[2]
+COLLECTION = "provision/_ansible/ansible_collections/provision/ascend"
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +30,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_contains_ansible_content(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
-        "provision/_ansible/ansible.cfg",
-        "provision/_ansible/playbooks/site.yml",
-        "provision/_ansible/roles/preflight/tasks/main.yml",
-        "provision/_ansible/plugins/action/ascend_facts.py",
-        "provision/_ansible/examples/inventory.ini",
+        f"{COLLECTION}/galaxy.yml",
+        f"{COLLECTION}/meta/runtime.yml",
+        f"{COLLECTION}/ansible.cfg",
+        f"{COLLECTION}/playbooks/site.yml",
+        f"{COLLECTION}/roles/preflight/tasks/main.yml",
+        f"{COLLECTION}/plugins/action/ascend_facts.py",
+        f"{COLLECTION}/plugins/filter/vllm_serve.py",
+        f"{COLLECTION}/examples/inventory.ini",
         "provision/data/versions.yml",
         "provision/_image/Dockerfile",
     ):
@@ -94,7 +98,7 @@ def test_installed_wheel_runs_a_playbook_outside_the_checkout(wheel: Path, tmp_p
         text=True,
         check=True,
     )
-    assert probe.stdout.strip() == str(site / "provision" / "_ansible")
+    assert probe.stdout.strip() == str(site / COLLECTION)
     done = subprocess.run(
         [sys.executable, "-m", "provision", "apply", "--check", "-p", "preflight", "inventory.ini"],
         cwd=work,
@@ -105,3 +109,47 @@ def test_installed_wheel_runs_a_playbook_outside_the_checkout(wheel: Path, tmp_p
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "| localhost |" in done.stdout and "| ok" in done.stdout
+
+
+def test_the_collection_installs_with_ansible_galaxy_and_runs_by_its_fqcn(tmp_path: Path) -> None:
+    """Plain Ansible users install the repository as the collection provision.ascend and run its playbooks
+    by name; its plugins need only the provision package beside ansible-core."""
+    bin_dir = Path(sys.executable).parent
+    collections = tmp_path / "collections"
+    installed = subprocess.run(
+        [
+            str(bin_dir / "ansible-galaxy"),
+            "collection",
+            "install",
+            "--offline",
+            "-p",
+            str(collections),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    root = collections / "ansible_collections" / "provision" / "ascend"
+    assert (root / "roles" / "vllm_serve" / "tasks" / "main.yml").is_file()
+    assert (root / "plugins" / "filter" / "vllm_serve.py").is_file()
+    assert not (root / "provision").exists() and not (root / "tests").exists()  # build_ignore
+    (tmp_path / "inventory.ini").write_text(
+        f"[npu_nodes]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+        "[npu_nodes:vars]\npreflight_require_npus=false\npreflight_allow_unsupported_os=true\n"
+    )
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections), "ANSIBLE_NOCOLOR": "1"}
+    env.pop("ANSIBLE_CONFIG", None)
+    done = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", "inventory.ini", "--check", "provision.ascend.preflight"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "localhost                  : ok=" in done.stdout and "failed=0" in done.stdout

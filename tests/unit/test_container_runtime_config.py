@@ -19,7 +19,7 @@ RUNTIME = "/usr/local/Ascend/Ascend-Docker-Runtime/ascend-docker-runtime"
 
 def _load() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "container_runtime_filters", ROLE / "filter_plugins" / "container_runtime.py"
+        "container_runtime_filters", ROLE.parents[1] / "plugins" / "filter" / "container_runtime.py"
     )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

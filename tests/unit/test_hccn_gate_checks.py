@@ -45,8 +45,8 @@ def _load(path: Path, name: str) -> Any:
     return module
 
 
-ROLE_FILTERS = _load(ROOT / "roles/hccn_gate/filter_plugins/hccn_gate.py", "hccn_gate_filters")
-SERVE_FILTERS = _load(ROOT / "roles/vllm_serve/filter_plugins/vllm_serve.py", "vllm_serve_filters_mn")
+ROLE_FILTERS = _load(ROOT / "plugins/filter/hccn_gate.py", "hccn_gate_filters")
+SERVE_FILTERS = _load(ROOT / "plugins/filter/vllm_serve.py", "vllm_serve_filters_mn")
 
 
 def host(

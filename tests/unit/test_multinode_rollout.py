@@ -17,7 +17,7 @@ import pytest
 from provision.cli import _playbook
 from provision.cli import serve as serve_cli
 from provision.cli.console import Console
-from provision.runner.run import RunResult, ServedEndpoint
+from provision.runner.run import RunResult, ServedEndpoint, ansible_env
 from provision.serving.multinode import batch_size, group_outcomes, rolling_batches
 from provision.serving.profiles import ProfileError
 
@@ -80,7 +80,7 @@ def _inventory(tmp_path: Path, hosts: list[str], grouped: list[str]) -> Path:
 
 
 def _playbook_run(inventory: Path, playbook: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    env = {**os.environ, **ansible_env()}
     argv = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         "-i",
@@ -135,9 +135,10 @@ def test_hccn_gate_refuses_a_group_split_by_the_plays_own_serial(tmp_path: Path)
     inventory = _inventory(tmp_path, ["g1", "g2"], ["g1", "g2"])
     play = tmp_path / "split.yml"
     play.write_text(
-        "- hosts: npu_nodes\n  gather_facts: false\n  serial: 1\n  roles:\n    - role: hccn_gate\n"
+        "- hosts: npu_nodes\n  gather_facts: false\n  serial: 1\n"
+        "  roles:\n    - role: provision.ascend.hccn_gate\n"
     )
-    done = _playbook_run(inventory, play, "--tags", "hccn_gate_groups")  # the project's roles_path
+    done = _playbook_run(inventory, play, "--tags", "hccn_gate_groups")
     assert done.returncode != 0, done.stdout
     text = " ".join(done.stdout.split())
     assert (

@@ -340,7 +340,7 @@ def _load(path: Path, name: str) -> Any:
     return module
 
 
-FILTERS = _load(ROOT / "roles/vllm_serve/filter_plugins/vllm_serve.py", "vllm_serve_filters")
+FILTERS = _load(ROOT / "plugins/filter/vllm_serve.py", "vllm_serve_filters")
 ACTION = _load(ROOT / "plugins/action/vllm_health.py", "vllm_health_action")
 
 

@@ -31,9 +31,7 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 STATE = _load("provision_action_ascend_state", ROOT / "plugins/action/ascend_state.py")
-REPOS = _load(
-    "provision_filter_openeuler_repos", ROOT / "roles/openeuler_repos/filter_plugins/openeuler_repos.py"
-)
+REPOS = _load("provision_filter_openeuler_repos", ROOT / "plugins/filter/openeuler_repos.py")
 REPOS_VARS = yaml.safe_load((ROOT / "roles/openeuler_repos/vars/main.yml").read_text())
 
 
