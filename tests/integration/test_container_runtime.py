@@ -336,13 +336,15 @@ def test_an_engine_that_failed_to_start_says_why_and_a_rerun_converges(stack: tu
     met exactly that: each rerun failed with 'Start request repeated too quickly')."""
     cluster, inventory = stack
     broken = LIMIT.parent / "zz-test-broken.conf"
+    flag = "/run/zz-test-docker-broken"  # the cause: present, the engine cannot start
     cause = "dockerd-test: the disk is on fire"
+    pre = f"if [ -e {flag} ]; then echo {cause}; exit 1; fi"
     sh(
         cluster,
         "node2",
-        f"mkdir -p {LIMIT.parent}"
+        f"mkdir -p {LIMIT.parent} && touch {flag}"
         f" && printf '[Unit]\\nStartLimitBurst=1\\nStartLimitIntervalSec=3600\\n' > {LIMIT}"
-        f" && printf '[Service]\\nExecStartPre=/bin/sh -c \"echo {cause}; exit 1\"\\n' > {broken}"
+        f" && printf '[Service]\\nExecStartPre=/bin/sh -c \"{pre}\"\\n' > {broken}"
         " && systemctl daemon-reload && systemctl stop docker.service"
         " && { systemctl stop docker.socket 2>/dev/null || true; }",
     )
@@ -354,12 +356,14 @@ def test_an_engine_that_failed_to_start_says_why_and_a_rerun_converges(stack: tu
         assert re.search(r"\ndocker: [a-z]+/[a-z-]+", message), message  # the unit's state
         assert "last " in message and cause in message, message
         assert "node1" not in failed.failures()
-        # the cause goes; the start limit stays used up: a plain start is refused now
-        sh(cluster, "node2", f"rm -f {broken} && systemctl daemon-reload")
+        # the cause goes (no daemon-reload: it would reset the counter); the start limit stays used up
+        sh(cluster, "node2", f"rm -f {flag}")
         refused = sh(cluster, "node2", "systemctl start docker.service", check=False)
         assert refused.returncode != 0, refused.stdout + refused.stderr
+        journal = sh(cluster, "node2", "journalctl -u docker.service -o cat --no-pager").stdout
+        assert "Start request repeated too quickly" in journal, journal[-2000:]
         rerun = provision("apply", inventory, "container_runtime")
     finally:
-        sh(cluster, "node2", f"rm -f {broken} {LIMIT} && systemctl daemon-reload")
+        sh(cluster, "node2", f"rm -f {flag} {broken} {LIMIT} && systemctl daemon-reload")
     assert rerun.rc == 0, rerun.explain()
     assert sh(cluster, "node2", "systemctl is-active docker").stdout.strip() == "active"

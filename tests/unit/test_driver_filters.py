@@ -83,7 +83,8 @@ def test_locked_version_of_an_unknown_stack_says_which_exist() -> None:
 )
 def test_role_defaults_read_the_lock(role: str, variable: str, key: str) -> None:
     defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
-    assert defaults[variable] == f"{{{{ '{key}' | ascend_locked_version(provision_stack | default('')) }}}}"
+    lookup = f"'{key}' | provision.ascend.ascend_locked_version(provision_stack | default(''))"
+    assert defaults[variable] == f"{{{{ {lookup} }}}}"
 
 
 # -- driver + firmware plan ------------------------------------------------------------------------------
