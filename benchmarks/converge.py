@@ -13,7 +13,7 @@ the same playbooks and roles:
              Mitogen's mitogen_linear strategy, one Python per node for the whole run)
   stock      `ansible-playbook -i INVENTORY playbooks/site.yml --limit ...` with Ansible's defaults where
              provision changes them: linear strategy, no pipelining, forks 5, ControlPersist 60 s (the
-             plugin paths stay, the roles need them)
+             collections path stays: the playbooks call the collection's roles)
 Runs alternate (provision, stock, provision, ...) so machine load affects both alike; SSH masters are
 closed before every run (cold start, like a fresh CLI invocation). Prints medians, ratios and the load
 average (1 min) around each run: the machine may be shared, and 10-node runs measure total CPU.
