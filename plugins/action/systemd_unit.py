@@ -17,7 +17,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from provision.serving.units import UnitWatch, describe_unit
+from provision.systemd import UnitWatch, describe_unit
 
 STARTS = frozenset(("started", "restarted", "reloaded"))
 

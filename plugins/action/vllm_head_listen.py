@@ -17,7 +17,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from provision.serving.units import UnitWatch, describe_unit
+from provision.systemd import UnitWatch, describe_unit
 
 
 def listening(host: str, port: int, timeout_s: float = 1.0) -> bool:

@@ -18,12 +18,13 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from provision.errors import InputError
+from provision.inventory.groups import serving_groups_of
 from provision.inventory.schema import HOST_GROUP
 from provision.serving import health
 from provision.serving.health import Endpoint, Timeouts, Verdict
-from provision.serving.multinode import host_ranks, inventory_view, serving_groups
+from provision.serving.multinode import group_dict, host_ranks
 from provision.serving.profiles import Instance, instances
-from provision.serving.units import UnitWatch, describe_unit
+from provision.systemd import UnitWatch, describe_unit
 
 _ARGS: dict[str, type | tuple[type, ...]] = {
     "pools": (list, str),
@@ -96,12 +97,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         endpoints = []
         for inst in found:
             place = places.get(inst.pool)
-            if place and place["role"] == "worker":
+            if place and not health.serves_api(place["role"]):
                 endpoints.append(self._worker(inst, place, api_key))
                 continue
             item = self._gate(inst, host, api_key, args, var, wait=wait)
             endpoints.append({**item, **_place_fields(place)})
-        ready = all(item["ready"] for item in endpoints if item["role"] != "worker")
+        ready = all(item["ready"] for item in endpoints if health.serves_api(item["role"]))
         result.update(changed=False, ready=ready, endpoints=endpoints)
         lines = [f"{item['pool']}: {item['state']} ({item['url']}): {item['message']}" for item in endpoints]
         result["msg"] = "\n".join(lines) if lines else "no pool with a serving profile on this node"
@@ -148,10 +149,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         hosts = list((task_vars.get("groups") or {}).get(group) or [])
         me = str(var("inventory_hostname", ""))
         try:
-            groups = serving_groups(inventory_view(hosts, task_vars.get("hostvars") or {}))
+            groups = serving_groups_of(hosts, task_vars.get("hostvars") or {})
         except (InputError, ValueError) as exc:
             raise AnsibleActionFail(f"cannot work out the multi-node serving groups: {exc}") from exc
-        return host_ranks([g.as_dict() for g in groups], me)
+        return host_ranks([group_dict(g) for g in groups], me)
 
     def _worker(self, inst: Instance, place: Mapping[str, Any], api_key: str | None) -> dict[str, Any]:
         """A headless worker serves no API: its row names its head (whose gate answers for the group) and
@@ -171,7 +172,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             "budget_s": None,
             "api_key": bool(api_key),
             "url": "-",
-            "state": "worker",
+            "state": health.WORKER,
             "ready": None,
             "model": inst.served_model_name,
             "reason": reason,

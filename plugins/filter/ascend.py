@@ -41,7 +41,7 @@ def ascend_locked_version(key: str, stack: str | None = None) -> str:
     """``lock.stacks[stack][key]`` (the lock's default stack when ``stack`` is empty)."""
     from provision.ascend import lock
 
-    name = str(stack or lock.load_lock()["default"])
+    name = str(stack or lock.default_stack_name())
     if name not in lock.stack_names():
         raise ValueError(f"provision_stack {name!r} is not in the version lock; known: {lock.stack_names()}")
     entry = lock.stack(name)
@@ -63,7 +63,7 @@ def ascend_stack_report(local: Mapping[str, Any] | None, stack: str | None = Non
     }
     from provision.ascend import lock
 
-    name = str(stack or lock.load_lock()["default"])
+    name = str(stack or lock.default_stack_name())
     locked = {key: ascend_locked_version(key, name) for key in running}
     differences = [
         f"{key} {running[key] or 'none'} (lock {locked[key]})"

@@ -1,5 +1,6 @@
-"""Filters of the hccn_gate role: serving groups (provision.serving.multinode) and the gate's verdict
-(provision.ascend.hccn_gate), one copy each, called with plain data from hostvars."""
+"""Filters of the hccn_gate role: serving groups (provision.inventory.groups, as plain data by
+provision.serving.multinode) and the gate's verdict (provision.ascend.hccn_gate), one copy each, called with
+plain data from hostvars (provision.inventory.load.host_var)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 from provision.errors import InputError
 
-# provision.serving.multinode (pydantic) and provision.ascend.hccn_gate are imported inside the filters:
+# provision.inventory.groups (pydantic) and provision.ascend.hccn_gate are imported inside the filters:
 # Ansible imports every filter file of the search path in each task's worker process, and only the tasks
 # that call these filters should pay for those imports.
 
@@ -19,24 +20,18 @@ LOCAL = "__hccn_gate_local"
 PINGS = "__hccn_gate_pings"
 
 
-def _get(hostvars: Any, host: str, name: str, default: Any = None) -> Any:
-    try:
-        values = hostvars[host]
-    except KeyError:
-        return default
-    value = values.get(name, default) if hasattr(values, "get") else default
-    return default if value is None else value
-
-
 def hccn_gate_groups(hosts: Sequence[str], hostvars: Any) -> list[dict[str, Any]]:
     """Every multi-node serving group of ``hosts`` (the inventory group, in order), as plain dicts."""
-    pools = [pool for host in hosts for pool in _get(hostvars, host, "npu_pools_list", []) or []]
+    from provision.inventory.load import host_var
+
+    pools = [pool for host in hosts for pool in host_var(hostvars, host, "npu_pools_list", []) or []]
     if not any(isinstance(pool, Mapping) and pool.get("profile") for pool in pools):
         return []  # nothing is served: no group (and no need to load the profiles)
-    from provision.serving.multinode import inventory_view, serving_groups
+    from provision.inventory.groups import serving_groups_of
+    from provision.serving.multinode import group_dict
 
     try:
-        return [group.as_dict() for group in serving_groups(inventory_view(hosts, hostvars))]
+        return [group_dict(group) for group in serving_groups_of(hosts, hostvars)]
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"hccn_gate: {exc}") from exc
 
@@ -68,7 +63,9 @@ def _devices(group: Mapping[str, Any]) -> dict[str, list[int]]:
 
 
 def _probe(hostvars: Any, host: str, name: str) -> dict[str, Any] | None:
-    result = _get(hostvars, host, name)
+    from provision.inventory.load import host_var
+
+    result = host_var(hostvars, host, name)
     if not isinstance(result, Mapping) or result.get("failed") or result.get("skipped"):
         return None
     probe = result.get("probe")

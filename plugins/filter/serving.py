@@ -1,25 +1,15 @@
-"""Filters for multi-node serving (issue 5), thin wrappers over provision.serving.multinode.
+"""Filters for multi-node serving, thin wrappers over provision.inventory.groups (which hosts form a serving
+group) and provision.serving.multinode (running them).
 
-Imports happen inside the filters: Ansible loads every filter file in each task's worker, and
-provision.serving.multinode pulls in pydantic (~0.25 s).
+Imports happen inside the filters: Ansible loads every filter file in each task's worker, and both modules
+pull in pydantic (~0.25 s).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
-
-
-def _fact(hostvars: Any) -> Callable[[str, str], Any]:
-    def get(host: str, name: str) -> Any:
-        try:
-            values = hostvars[host]
-        except KeyError:
-            return None
-        return values.get(name) if hasattr(values, "get") else None
-
-    return get
-
 
 GROUP_PREFIX = "provision_serving_group_"
 """In-memory inventory groups playbooks/upgrade.yml makes of the nodes of each multi-node serving group."""
@@ -27,16 +17,16 @@ GROUP_PREFIX = "provision_serving_group_"
 
 def provision_serve_group_members(hosts: Sequence[str], hostvars: Any) -> list[list[Any]]:
     """``[[1, "node1"], [1, "node2"], [2, "node3"], ...]``: each multi-node serving group of ``hosts`` (the
-    inventory group, in order; :func:`provision.serving.multinode.serving_groups`) numbered from 1, with its
-    hosts, for ``add_host`` into the groups ``provision_serving_group_<n>``."""
+    inventory group, in order; :func:`provision.inventory.groups.serving_groups_of`) numbered from 1, with
+    its hosts, for ``add_host`` into the groups ``provision_serving_group_<n>``."""
     from ansible.errors import AnsibleFilterError
 
     from provision.errors import InputError
-    from provision.serving.multinode import inventory_view, serving_groups
+    from provision.inventory.groups import serving_groups_of
 
     names = [str(h) for h in hosts]
     try:
-        found = serving_groups(inventory_view(names, hostvars))
+        found = serving_groups_of(names, hostvars)
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"provision_serve_group_members: {exc}") from exc
     return [[number, host] for number, group in enumerate(found, start=1) for host in group.hosts]
@@ -68,9 +58,10 @@ def provision_serve_group_outcomes(
 ) -> dict[str, dict[str, Any]]:
     """The multi-node pools of this node whose group failed its head's gate, and whether the group goes back
     (:func:`provision.serving.multinode.group_outcomes`)."""
+    from provision.inventory.load import host_var
     from provision.serving.multinode import group_outcomes
 
-    return group_outcomes(instances, _fact(hostvars), rollback=bool(rollback))
+    return group_outcomes(instances, partial(host_var, hostvars), rollback=bool(rollback))
 
 
 class FilterModule:

@@ -94,16 +94,15 @@ def vllm_serve_group_restart(instances: Sequence[Mapping[str, Any]], hostvars: A
     """Multi-node pools of this node to restart: a configuration change on ANY node of the serving group
     restarts the whole group (a head does not take a restarted worker back, nor a worker a new head).
     Each member's changed pools are its ``__vllm_serve_changed`` fact."""
+    from provision.inventory.load import host_var
+
     restart = []
     for item in instances:
         group = item.get("multinode")
         if not group:
             continue
         for host in group.get("hosts") or []:
-            try:
-                changed = hostvars[host].get("__vllm_serve_changed") or []
-            except KeyError:
-                changed = []
+            changed = host_var(hostvars, host, "__vllm_serve_changed") or []
             if item["pool"] in changed and item["pool"] not in restart:
                 restart.append(item["pool"])
     return restart
@@ -168,7 +167,7 @@ def vllm_serve_image_tag(
     from provision.image.spec import DEFAULT_OS, DEFAULT_SOC, Target
 
     try:
-        name = str(stack or lock.load_lock()["default"])
+        name = str(stack or lock.default_stack_name())
         return Target(name, os_variant=os_variant or DEFAULT_OS, soc=soc or DEFAULT_SOC, arch=arch).tag
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_serve: {exc}") from exc

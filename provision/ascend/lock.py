@@ -27,5 +27,10 @@ def stack(name: str) -> dict[str, Any]:
     return entry
 
 
+def default_stack_name() -> str:
+    """The stack a host runs when its inventory names none (``provision_stack`` empty)."""
+    return str(load_lock()["default"])
+
+
 def default_stack() -> dict[str, Any]:
-    return stack(str(load_lock()["default"]))
+    return stack(default_stack_name())

@@ -15,6 +15,7 @@ from provision.inventory.validate import check
 from provision.runner.converge import converge, fast_path_refusal
 from provision.runner.progress import LineProgress, LiveProgress, recap_table
 from provision.runner.run import RunResult, run_playbook
+from provision.serving.health import serves_api
 
 InventoryArg = typer.Argument(..., help="Ansible inventory (INI or YAML) with group_vars/host_vars.")
 LimitOpt = typer.Option(None, "--limit", "-l", help="Only these hosts/groups (Ansible pattern).")
@@ -138,12 +139,12 @@ def endpoints(result: RunResult, out: Console, inventory: Path | None = None) ->
     """The serving instances the health gate saw, and how to query one."""
     out.line("endpoints:")
     for item in result.endpoints:
-        if item.role == "worker":  # headless: no API of its own, its head is the endpoint
+        if not serves_api(item.role):  # headless: its head is the endpoint
             continue
         model = f"  model {item.model}" if item.model else ""
         group = f"  (serving group: {', '.join(item.hosts)})" if item.role == "head" and item.hosts else ""
         out.line(f"  {item.host}/{item.pool}  {item.state:<11} {item.url}{model}{group}")
-    ready = next((item for item in result.endpoints if item.ready and item.role != "worker"), None)
+    ready = next((item for item in result.endpoints if item.ready and serves_api(item.role)), None)
     if ready is None:
         return
     auth = ' -H "Authorization: Bearer $VLLM_API_KEY"' if ready.api_key else ""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,8 +29,8 @@ from provision.cli.console import Console
 from provision.errors import InputError
 from provision.inventory.schema import HOST_GROUP
 from provision.inventory.validate import check as check_inventory
-from provision.runner.run import ansible_env
-from provision.serving.health import Endpoint, State, Timeouts, Verdict, check
+from provision.runner.run import Event, run_module
+from provision.serving.health import Endpoint, State, Timeouts, Verdict, check, serves_api
 
 LOG_LINES = 20
 """Journal lines shown for a failed instance, unless --log-lines says otherwise."""
@@ -181,14 +180,10 @@ def _inventory_status(
         raise typer.Exit(1)
 
 
-WORKER = "worker"
-"""The state of a multi-node headless worker: no API of its own, its head's gate answers for the group."""
-
-
 def ready(rows: list[dict[str, Any]]) -> bool:
     """Every instance that serves an API (single-node instances and multi-node heads) is ready, and there is
     one at least; headless workers do not count (their head is ready only once every rank joined)."""
-    serving = [row for row in rows if row["state"] != WORKER]
+    serving = [row for row in rows if serves_api(row.get("role"))]
     return bool(serving) and all(row["state"] == State.READY.value for row in serving)
 
 
@@ -201,11 +196,9 @@ def probe_inventory(
     log_lines: int = 20,
 ) -> list[dict[str, Any]]:
     """One row per instance (and one per unreachable host): host plus the plugin's endpoint fields."""
-    import ansible_runner
-
     rows: list[dict[str, Any]] = []
 
-    def handle(event: dict[str, Any]) -> bool:
+    def handle(event: Event) -> None:
         kind = event.get("event")
         data = event.get("event_data") or {}
         host = str(data.get("host", "?"))
@@ -216,7 +209,6 @@ def probe_inventory(
             state = "unreachable" if kind == "runner_on_unreachable" else State.FAILED.value
             message = str(res.get("msg", "")).strip() or "no answer"
             rows.append(_host_row(host, state, message))
-        return True
 
     args = " ".join(
         [
@@ -226,26 +218,19 @@ def probe_inventory(
             f"log_lines={log_lines}",
         ]
     )
-    extravars = {"vllm_serve_api_key": api_key} if api_key else {}
-    # A throw-away run directory: read-only probe, and an API key given here must not stay on disk.
-    with tempfile.TemporaryDirectory(prefix="provision-serve-status-") as private:
-        runner = ansible_runner.run(
-            private_data_dir=private,
-            inventory=str(inventory.resolve()),
-            host_pattern=HOST_GROUP,
-            module=f"{paths.COLLECTION}.vllm_health",
-            module_args=args,
-            limit=limit,
-            extravars=extravars,
-            envvars=ansible_env(),
-            event_handler=handle,
-            quiet=True,
-        )
-        if not rows and runner.rc != 0:
-            stdout = "\n".join(
-                p.read_text(errors="replace") for p in Path(private).glob("artifacts/*/stdout")
-            )
-            raise InputError(f"could not probe {inventory}: {stdout.strip()[-2000:] or runner.status}")
+    # run_module keeps no run directory: an API key given here must not stay on disk.
+    run = run_module(
+        f"{paths.COLLECTION}.vllm_health",
+        inventory,
+        host_pattern=HOST_GROUP,
+        module_args=args,
+        limit=limit,
+        extra_vars={"vllm_serve_api_key": api_key} if api_key else {},
+        verb="serve-status",
+        observer=handle,
+    )
+    if not rows and run.rc != 0:
+        raise InputError(f"could not probe {inventory}: {run.stdout.strip()[-2000:] or run.status}")
     return sorted(rows, key=lambda row: (row["host"], str(row.get("pool", ""))))
 
 
@@ -287,7 +272,7 @@ def _inventory_table(rows: list[dict[str, Any]]) -> None:
         out.line("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)) + f"  {row['reason']}")
         for line in row.get("log_tail") or []:
             out.line(f"    | {line}")
-    serving = [r for r in rows if r["state"] != WORKER]
+    serving = [r for r in rows if serves_api(r.get("role"))]
     up = sum(r["state"] == State.READY.value for r in serving)
     hosts = len({r["host"] for r in rows})
     workers = len(rows) - len(serving)

@@ -152,7 +152,7 @@ def default_target(
     repository: str = DEFAULT_REPOSITORY,
 ) -> Target:
     return Target(
-        stack=stack or str(lock.load_lock()["default"]),
+        stack=stack or lock.default_stack_name(),
         os_variant=os_variant,
         soc=soc,
         arch=arch,

@@ -82,6 +82,18 @@ def plain(value: Any) -> Any:
     return value
 
 
+def host_var(hostvars: Any, host: str, name: str, default: Any = None) -> Any:
+    """Variable ``name`` of ``host`` as plain data (:func:`plain`), from Ansible's ``hostvars`` inside a
+    play (which templates it) or any host -> variables mapping (:attr:`Inventory.hosts`); ``default`` when
+    the host, or the variable, is missing or None."""
+    try:
+        values = hostvars[host]
+    except KeyError:
+        return default
+    value = values.get(name) if hasattr(values, "get") else None
+    return default if value is None else plain(value)
+
+
 def origin_of(value: object) -> Origin | None:
     """The file/line Ansible recorded for ``value``, if it has one (ansible-core data tags)."""
     try:

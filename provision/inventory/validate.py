@@ -20,7 +20,9 @@ from pydantic import ValidationError
 from provision.ascend import lock
 from provision.errors import InputError
 from provision.inventory import argspecs, files
+from provision.inventory.groups import HostView, grouping_problems, inventory_view
 from provision.inventory.load import Inventory, Origin, load_inventory, origin_of, plain
+from provision.inventory.profiles import shipped_profiles
 from provision.inventory.schema import (
     ENV_NAME,
     GROUP_NAME,
@@ -449,7 +451,7 @@ def _check_pools(settings: HostSettings, add: AddFn, scope_at: Callable[[Path_],
 
 
 def _check_profiles(settings: HostSettings, add: AddFn) -> None:
-    profiles = {**_shipped_profiles(), **settings.vllm_serve_profiles}
+    profiles = {**shipped_profiles(), **settings.vllm_serve_profiles}
     for name, profile in settings.vllm_serve_profiles.items():
         base: Path_ = ("vllm_serve_profiles", name)
         if profile.quantization == "ascend" and profile.weights_quantization is None:
@@ -496,10 +498,8 @@ def _check_profiles(settings: HostSettings, add: AddFn) -> None:
 
 def _check_serving_groups(inventory: Inventory, report: _Report, scopes: Scopes) -> None:
     """Multi-node pools (profile ``nodes`` > 1) across the hosts of ``npu_nodes``: the same grouping as at run
-    time (:func:`provision.serving.multinode.grouping_problems`), so a pool on 3 hosts of a 2-node profile is
+    time (:func:`provision.inventory.groups.grouping_problems`), so a pool on 3 hosts of a 2-node profile is
     refused here, naming the file, the hosts, the pool and the field, before any host is touched."""
-    from provision.serving.multinode import grouping_problems, inventory_view
-
     hosts = inventory.group_hosts(HOST_GROUP)
     usable = {host: _groupable(host, inventory.hosts.get(host, {})) for host in hosts}
     try:
@@ -558,14 +558,13 @@ def _parses(raw: Any) -> bool:
 
 
 def _pool_groupable(host: str, item: Any, view: Mapping[str, Any]) -> bool:
-    from provision.serving.multinode import grouping_problems
-
-    single = {
-        "host": host,
-        "pools": [item],
-        "profiles": view.get("vllm_serve_profiles") or {},
-        "env": view.get("vllm_serve_env") or {},
-    }
+    single = HostView(
+        host=host,
+        address=host,
+        pools=[item],
+        profiles=view.get("vllm_serve_profiles") or {},
+        env=view.get("vllm_serve_env") or {},
+    )
     try:
         grouping_problems([single])
     except (InputError, ValueError):
@@ -573,15 +572,9 @@ def _pool_groupable(host: str, item: Any, view: Mapping[str, Any]) -> bool:
     return True
 
 
-def _shipped_profiles() -> dict[str, ServingProfile]:
-    from provision.serving.profiles import shipped_profiles
-
-    return shipped_profiles()
-
-
 def _check_versions(settings: HostSettings, owned: Mapping[str, Any], add: AddFn) -> None:
     names = lock.stack_names()
-    stack_name = settings.provision_stack or str(lock.load_lock()["default"])
+    stack_name = settings.provision_stack or lock.default_stack_name()
     if stack_name not in names:
         add(("provision_stack",), stack_name, f"not in the version lock; known: {', '.join(names)}")
         return

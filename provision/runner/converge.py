@@ -22,6 +22,7 @@ from provision.inventory.load import Inventory
 from provision.inventory.schema import HOST_GROUP
 from provision.runner.record import Keys, fingerprint, keys_of_result, reads_outside, serving_closure
 from provision.runner.run import Event, Observer, RunResult, run_playbook
+from provision.serving.health import serves_api
 
 SITE = "site"
 # converged.yml and record.yml run one command per node: Mitogen's bootstrap of each node costs more than it
@@ -76,11 +77,10 @@ def _vars_file(run_dir: Path, name: str, content: Mapping[str, Any]) -> str:
 
 def _groups(inventory: Inventory) -> list[list[str]] | None:
     """The multi-node serving groups (host names), None when they cannot be worked out (then: all hosts)."""
-    from provision.serving.multinode import inventory_view, serving_groups
+    from provision.inventory.groups import serving_groups_of
 
-    hosts = inventory.group_hosts(HOST_GROUP)
     try:
-        groups = serving_groups(inventory_view(hosts, inventory.hosts))
+        groups = serving_groups_of(inventory.group_hosts(HOST_GROUP), inventory.hosts)
     except Exception:  # any doubt about the grouping: converge every node
         return None
     return [[member.host for member in group.members] for group in groups]
@@ -126,8 +126,8 @@ def converge(
             drift[host] = [f"could not compare: {failed[0].message if failed else 'no answer'}"]
         elif not state.get("converged"):
             drift[host] = [str(r) for r in state.get("drift") or []] or ["not converged"]
-        elif any(not e.ready for e in verify.endpoints if e.host == host and e.role != "worker"):
-            bad = [e for e in verify.endpoints if e.host == host and not e.ready and e.role != "worker"]
+        elif any(not e.ready for e in verify.endpoints if e.host == host and serves_api(e.role)):
+            bad = [e for e in verify.endpoints if e.host == host and not e.ready and serves_api(e.role)]
             drift[host] = [f"endpoint {e.pool} {e.state}: {e.url}" for e in bad]
         else:
             verified[host] = f"as recorded at {state.get('written_at')}"

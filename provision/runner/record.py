@@ -42,6 +42,7 @@ from typing import Any
 
 from provision import __version__, paths
 from provision.inventory.load import plain
+from provision.systemd import parse_show
 
 RECORD_PATH = "/var/lib/provision/converged.json"
 FACT_DIR = "/etc/ansible/facts.d"
@@ -50,6 +51,8 @@ BIG_FILE = 64 * 1024 * 1024
 """Files above this size are compared by size and mtime, not read (archives, installers, weights)."""
 
 KINDS = ("paths", "units", "packages", "users", "groups")
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "UnitFileState")
+"""What the record keeps of a unit: the node prints ``systemctl show`` of these, parsed here."""
 
 # Task actions whose results name a path they wrote or read.
 _PATH_ACTIONS = frozenset(
@@ -249,15 +252,8 @@ def run(argv):
     except OSError:
         return ""
 def units(names):
-    found = {}
-    if not names:
-        return found
-    props = ["LoadState", "ActiveState", "UnitFileState"]
-    for name in names:
-        text = run(["systemctl", "show"] + ["-p" + p for p in props] + ["--", name])
-        values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-        found[name] = dict((p, values.get(p, "")) for p in props)
-    return found
+    props = ["-p" + p for p in spec["unit_properties"]]
+    return dict((name, run(["systemctl", "show"] + props + ["--", name])) for name in names)
 def packages(names):
     found = dict((n, None) for n in names)
     if not names:
@@ -332,6 +328,7 @@ def observe_command(
         "union": union,
         "big": BIG_FILE,
         "facts": facts,
+        "unit_properties": list(UNIT_PROPERTIES),
     }
     return shlex.join([python, "-c", OBSERVE_SCRIPT, json.dumps(spec, separators=(",", ":"))])
 
@@ -362,12 +359,22 @@ def parse_observation(stdout: str) -> Observation:
         raise ValueError("no record observation in the node's output")
     data = json.loads(payload)
     record = data.get("record")
+    observed = dict(data.get("observed") or {})
+    if isinstance(observed.get("units"), dict):  # the node printed systemctl's text: parsed here, once
+        observed["units"] = {name: unit_state(str(text)) for name, text in observed["units"].items()}
     return Observation(
         record=record if isinstance(record, dict) else None,
         keys=Keys.from_json(data.get("keys")),
-        observed=dict(data.get("observed") or {}),
+        observed=observed,
         local=dict(data.get("local") or {}),
     )
+
+
+def unit_state(show: str) -> dict[str, str]:
+    """The record's :data:`UNIT_PROPERTIES` of a unit from its ``systemctl show`` text ("" for one not
+    printed: no systemctl, or an older systemd without the property)."""
+    shown = parse_show(show)
+    return {name: shown.get(name, "") for name in UNIT_PROPERTIES}
 
 
 NPU_FIELDS = (

@@ -2,7 +2,8 @@
 
 ``run_playbook()`` runs one playbook with our ansible.cfg (pipelining, ControlPersist), feeds each event to
 an observer (the live display) and returns a :class:`RunResult` built from the events: per-host counts,
-failures with their messages, and the changes (with diffs) that plan shows.
+failures with their messages, and the changes (with diffs) that plan shows. ``run_module()`` runs one
+module ad hoc (``provision serve status INVENTORY``) in the same environment.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib.util
 import os
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -260,10 +262,63 @@ def run_playbook(
     )
     if rc != 0 and not result.failures and not result.hosts:
         # ansible-playbook stopped before any host (syntax error, bad option): keep its words.
-        stdout = (run_dir / "artifacts").glob("*/stdout")
-        text = "\n".join(p.read_text(errors="replace") for p in stdout).strip()
+        text = _stdout(run_dir).strip()
         result.failures.append(Failure("-", "ansible-playbook", _last_lines(text, 15) or runner.status))
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleRun:
+    rc: int
+    status: str
+    stdout: str
+    """Ansible's output when the run failed (read before its run directory went), else empty."""
+
+
+def run_module(
+    module: str,
+    inventory: Path,
+    *,
+    host_pattern: str,
+    module_args: str = "",
+    limit: str | None = None,
+    extra_vars: Mapping[str, Any] | None = None,
+    verb: str = "adhoc",
+    observer: Observer | None = None,
+) -> ModuleRun:
+    """Run ``module`` ad hoc on ``host_pattern`` of ``inventory`` through ansible-runner, each event to
+    ``observer``; the module's results are in the events.
+
+    The run directory is a throw-away one, removed before this returns: an ad-hoc run is a read-only probe,
+    and the extra variables given to it (an API key) must not stay on disk.
+    """
+    import ansible_runner
+
+    def handle(event: Event) -> bool:
+        if observer is not None:
+            observer(event)
+        return True
+
+    with tempfile.TemporaryDirectory(prefix=f"provision-{verb}-") as private:
+        runner = ansible_runner.run(
+            private_data_dir=private,
+            inventory=str(inventory.resolve()),
+            host_pattern=host_pattern,
+            module=module,
+            module_args=module_args,
+            limit=limit,
+            extravars=dict(extra_vars or {}),
+            envvars=ansible_env(),
+            event_handler=handle,
+            quiet=True,
+        )
+        rc = int(runner.rc if runner.rc is not None else 1)
+        return ModuleRun(rc=rc, status=str(runner.status), stdout=_stdout(Path(private)) if rc else "")
+
+
+def _stdout(run_dir: Path) -> str:
+    """What ansible printed in a run directory (ansible-runner keeps it in artifacts/<ident>/stdout)."""
+    return "\n".join(p.read_text(errors="replace") for p in (run_dir / "artifacts").glob("*/stdout"))
 
 
 def _last_lines(text: str, count: int) -> str:

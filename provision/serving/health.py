@@ -100,6 +100,20 @@ class Timeouts:
     completion_s: float = 30.0
 
 
+WORKER = "worker"
+"""The role of a multi-node headless worker in its serving group (``single`` and ``head`` are the others),
+and its state in the gate's results: it is not probed."""
+
+
+def serves_api(role: str | None) -> bool:
+    """Whether an instance in this role serves an API, and so is an endpoint and counts for readiness.
+
+    A headless worker serves none: its head's gate answers for the whole serving group (ready only once
+    every rank joined), so the worker is neither listed as an endpoint nor counted.
+    """
+    return role != WORKER
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """An OpenAI-compatible vLLM server. ``model`` None means "the first model it lists"."""

@@ -1,37 +1,23 @@
-"""Multi-node serving groups: which nodes serve one instance of a multi-node profile, and in which order.
+"""Running multi-node serving groups: the ports a group needs, each node's rank, the rollout batches.
 
-A pool whose profile spans ``nodes`` > 1 (``deepseek-r1-w8a8-2node``) is one engine instance served by
-``nodes`` hosts together. The hosts that define a pool of that name with that profile form its *serving
-group*, in inventory order (the order of the ``npu_nodes`` group), taken ``nodes`` at a time: four hosts
-with a 2-node pool ``ds`` make two groups. The first host of a group is the **head** (rank 0): it runs the
-API server and the data-parallel coordinator, and every other member reaches it at its inventory address
-(``ansible_host``). The others are **headless workers** (vLLM ``--headless --data-parallel-start-rank``).
-
-The ``hccn_gate`` role computes the groups with :func:`serving_groups`, gates every NPU of every member,
-and only then publishes each host's place in its groups (:func:`host_ranks`, the ``hccn_gate_ranks``
-fact) for the ``vllm_serve`` role, which starts heads first and workers after. The same grouping serves
-``provision validate`` (:func:`grouping_problems`: refused before any host is touched), ``provision serve
-status`` (which host is a worker of which head) and the rolling upgrade's batches (:func:`rolling_batches`:
-a group's nodes always go in the same batch). Pure functions.
+The groups themselves (which hosts serve one instance of a multi-node profile, head first) are
+:mod:`provision.inventory.groups`. The ``hccn_gate`` role forms them, gates every NPU of every member on the
+ports :func:`required_ports` names (:func:`group_dict`: a group as plain data for the roles), and only then
+publishes each host's place in its groups (:func:`host_ranks`, the ``hccn_gate_ranks`` fact) for the
+``vllm_serve`` role, which starts heads first and workers after (vLLM ``--headless
+--data-parallel-start-rank`` on the workers). ``provision serve status`` reads the same places, and the
+rolling upgrade's batches (:func:`rolling_batches`) keep a group's nodes in one batch. Pure functions.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from provision.inventory.load import plain
-from provision.inventory.schema import NpuPool, ServingProfile
-from provision.serving.profiles import (
-    DEFAULT_DP_RPC_PORT,
-    ProfileError,
-    all_profiles,
-    check_fits,
-    unit_name,
-    vllm_env,
-)
+from provision.inventory.groups import Member, ServingGroup
+from provision.inventory.profiles import ProfileError
+from provision.serving.profiles import unit_name
 
 HCCL_IF_BASE_PORT = 60000
 """HCCL's first host port when ``HCCL_IF_BASE_PORT`` is unset (CANN docs, environment variables)."""
@@ -39,101 +25,10 @@ HCCL_IF_PORT_COUNT = 32
 """Ports HCCL takes from its base port: 16 in CANN <= 8.2, 32 from CANN 8.3 (A2 and A3)."""
 
 
-@dataclass(frozen=True)
-class Member:
-    """One host of a serving group: ``address`` is the inventory address the others reach it at."""
-
-    host: str
-    address: str
-    devices: tuple[int, ...]
-    env: Mapping[str, str]
-    """The instance's environment on this host (profile ``env`` + ``vllm_serve_env``), for its HCCL ports."""
-
-
-@dataclass(frozen=True)
-class ServingGroup:
-    """The hosts serving one instance of a multi-node profile, head first."""
-
-    pool: str
-    profile: str
-    number: int
-    """1, 2 ... when several groups serve pools of the same name; 1 otherwise."""
-    count: int
-    port: int
-    rpc_port: int | None
-    """The head's ``--data-parallel-rpc-port`` (None with ``distributed_executor_backend: ray``)."""
-    native_dp: bool
-    members: tuple[Member, ...]
-    load_budget_s: float | None = None
-
-    @property
-    def head(self) -> Member:
-        return self.members[0]
-
-    @property
-    def name(self) -> str:
-        """``ds`` or, with several groups of the same pool, ``ds #2``."""
-        return self.pool if self.count == 1 else f"{self.pool} #{self.number}"
-
-    @property
-    def hosts(self) -> list[str]:
-        return [member.host for member in self.members]
-
-    @property
-    def unit(self) -> str:
-        return unit_name(self.pool)
-
-    def index(self, host: str) -> int:
-        return self.hosts.index(host)
-
-    def describe(self) -> str:
-        """``serving group ds (profile deepseek-r1-w8a8-2node: head node1, worker node2)``."""
-        workers = ", ".join(self.hosts[1:])
-        return f"serving group {self.name} (profile {self.profile}: head {self.head.host}, workers {workers})"
-
-    def hccl_ports(self, member: Member) -> list[int]:
-        """The host ports HCCL takes on ``member``: ``HCCL_IF_BASE_PORT`` (default 60000) + 32, and the
-        range of ``HCCL_HOST_SOCKET_PORT_RANGE`` when it is set to ``A-B`` (``auto`` leaves it to the OS)."""
-        return hccl_host_ports(member.env)
-
-    def required_ports(self, member: Member) -> dict[int, str]:
-        """Port -> what needs it, on ``member``: the head's API port and DP RPC port, HCCL's host ports."""
-        ports: dict[int, str] = {}
-        for port in self.hccl_ports(member):
-            ports[port] = "an HCCL host port (HCCL_IF_BASE_PORT)"
-        if member.host == self.head.host:
-            ports[self.port] = f"the API port of pool {self.pool}"
-            if self.rpc_port is not None:
-                ports[self.rpc_port] = "the data-parallel RPC port (--data-parallel-rpc-port)"
-        return ports
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "pool": self.pool,
-            "profile": self.profile,
-            "unit": self.unit,
-            "port": self.port,
-            "rpc_port": self.rpc_port,
-            "native_dp": self.native_dp,
-            "head": self.head.host,
-            "head_address": self.head.address,
-            "hosts": self.hosts,
-            "description": self.describe(),
-            "members": [
-                {
-                    "host": m.host,
-                    "address": m.address,
-                    "devices": list(m.devices),
-                    "ports": {str(port): why for port, why in sorted(self.required_ports(m).items())},
-                }
-                for m in self.members
-            ],
-        }
-
-
 def hccl_host_ports(env: Mapping[str, str]) -> list[int]:
-    """HCCL's host ports for an instance environment (see :meth:`ServingGroup.hccl_ports`)."""
+    """The host ports HCCL takes with an instance environment (a :class:`Member`'s ``env``):
+    ``HCCL_IF_BASE_PORT`` (default 60000) + 32, and the range of ``HCCL_HOST_SOCKET_PORT_RANGE`` when it is
+    set to ``A-B`` (``auto`` leaves it to the OS)."""
     raw = str(env.get("HCCL_IF_BASE_PORT", "")).strip()
     base = int(raw) if raw.isdigit() else HCCL_IF_BASE_PORT
     ports = set(range(base, min(base + HCCL_IF_PORT_COUNT, 65536)))
@@ -143,149 +38,43 @@ def hccl_host_ports(env: Mapping[str, str]) -> list[int]:
     return sorted(ports)
 
 
-@dataclass(frozen=True)
-class GroupingProblem:
-    """Why the hosts of a multi-node pool do not form whole serving groups: ``hosts`` are the hosts that
-    define the pool (in inventory order), ``field`` the pool entry's field at fault."""
-
-    pool: str
-    profile: str
-    hosts: tuple[str, ...]
-    field: str
-    message: str
-
-
-@dataclass(frozen=True)
-class _Entry:
-    member: Member
-    profile: ServingProfile
-    pool: NpuPool
+def required_ports(group: ServingGroup, member: Member) -> dict[int, str]:
+    """Port -> what needs it, on ``member`` of ``group``: the head's API port and DP RPC port, HCCL's host
+    ports (:func:`hccl_host_ports`)."""
+    ports: dict[int, str] = {}
+    for port in hccl_host_ports(member.env):
+        ports[port] = "an HCCL host port (HCCL_IF_BASE_PORT)"
+    if member.host == group.head.host:
+        ports[group.port] = f"the API port of pool {group.pool}"
+        if group.rpc_port is not None:
+            ports[group.rpc_port] = "the data-parallel RPC port (--data-parallel-rpc-port)"
+    return ports
 
 
-def _entries(hosts: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[_Entry]]:
-    """The hosts of every multi-node pool, keyed by (pool name, profile name), in inventory order."""
-    found: dict[tuple[str, str], list[_Entry]] = {}
-    for raw in hosts:
-        host = str(raw["host"])
-        address = str(raw.get("address") or host)
-        profiles = all_profiles(raw.get("profiles") or {})
-        for item in plain(raw.get("pools") or []):
-            pool = NpuPool.model_validate(item)
-            if pool.profile is None:
-                continue
-            profile = profiles.get(pool.profile)
-            if profile is None:
-                raise ProfileError(f"{host}: pool {pool.name}: unknown serving profile {pool.profile!r}")
-            if profile.nodes < 2:
-                continue
-            check_fits(profile, pool, pool.profile)
-            env = vllm_env(profile, pool, extra=plain(raw.get("env") or {}))
-            member = Member(host, address, tuple(pool.devices), env)
-            found.setdefault((pool.name, pool.profile), []).append(_Entry(member, profile, pool))
-    return found
-
-
-def _problems(pool_name: str, profile_name: str, entries: Sequence[_Entry]) -> list[GroupingProblem]:
-    nodes = entries[0].profile.nodes
-    hosts = tuple(entry.member.host for entry in entries)
-    problems: list[GroupingProblem] = []
-    if len(entries) % nodes:
-        problems.append(
-            GroupingProblem(
-                pool_name,
-                profile_name,
-                hosts,
-                "profile",
-                f"pool {pool_name} (profile {profile_name}, {nodes} nodes per instance) is defined on "
-                f"{len(entries)} host(s) ({', '.join(hosts)}): not a multiple of {nodes}. Define it on every "
-                "node of each serving group, and on no other host.",
-            )
-        )
-    first = entries[0]
-    for entry in entries[1:]:
-        if entry.profile != first.profile or len(entry.pool.devices) != len(first.pool.devices):
-            problems.append(
-                GroupingProblem(
-                    pool_name,
-                    profile_name,
-                    (first.member.host, entry.member.host),
-                    "profile" if entry.profile != first.profile else "devices",
-                    f"pool {pool_name}: {entry.member.host} and {first.member.host} see profile "
-                    f"{profile_name} or the pool's NPU count differently; the nodes of a serving group "
-                    "must agree (set vllm_serve_profiles and npu_pools_list for the group, not per host)",
-                )
-            )
-    return problems
-
-
-def grouping_problems(hosts: Iterable[Mapping[str, Any]]) -> list[GroupingProblem]:
-    """Every reason the multi-node pools of ``hosts`` (as for :func:`serving_groups`) cannot be split into
-    whole serving groups, all at once (``provision validate`` reports them before any host is touched)."""
-    problems: list[GroupingProblem] = []
-    for (pool_name, profile_name), entries in _entries(hosts).items():
-        problems += _problems(pool_name, profile_name, entries)
-    return problems
-
-
-def serving_groups(hosts: Iterable[Mapping[str, Any]]) -> list[ServingGroup]:
-    """The serving groups of every multi-node pool, from each host's inventory view, in inventory order.
-
-    ``hosts``: ``{"host", "address", "pools" (npu_pools_list), "profiles" (vllm_serve_profiles),
-    "env" (vllm_serve_env)}`` per host of the inventory group (:func:`inventory_view`). Raises
-    :class:`ProfileError` when the hosts of a pool cannot be split into whole groups, or when they disagree
-    on what the profile is (the first of :func:`grouping_problems`).
-    """
-    groups: list[ServingGroup] = []
-    for (pool_name, profile_name), entries in _entries(hosts).items():
-        problems = _problems(pool_name, profile_name, entries)
-        if problems:
-            raise ProfileError(problems[0].message)
-        nodes = entries[0].profile.nodes
-        count = len(entries) // nodes
-        for number in range(count):
-            chunk = entries[number * nodes : (number + 1) * nodes]
-            profile = chunk[0].profile
-            native = profile.distributed_executor_backend != "ray"
-            groups.append(
-                ServingGroup(
-                    pool=pool_name,
-                    profile=profile_name,
-                    number=number + 1,
-                    count=count,
-                    port=chunk[0].pool.port,
-                    rpc_port=(profile.data_parallel_rpc_port or DEFAULT_DP_RPC_PORT) if native else None,
-                    native_dp=native,
-                    members=tuple(entry.member for entry in chunk),
-                    load_budget_s=profile.load_budget_s,
-                )
-            )
-    return groups
-
-
-def inventory_view(hosts: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """What :func:`serving_groups` reads of each host, from Ansible's ``hostvars`` (or any host -> variables
-    mapping): ``ansible_host``, ``npu_pools_list``, ``vllm_serve_profiles``, ``vllm_serve_env``."""
-    views = []
-    for host in hosts:
-        try:
-            values = hostvars[host]
-        except KeyError:
-            values = {}
-
-        def get(name: str, default: Any, values: Mapping[str, Any] = values) -> Any:
-            value = values.get(name) if hasattr(values, "get") else None
-            return default if value is None else value
-
-        views.append(
+def group_dict(group: ServingGroup) -> dict[str, Any]:
+    """``group`` as plain data for the roles (``hccn_gate_groups``), with each member's required ports."""
+    return {
+        "name": group.name,
+        "pool": group.pool,
+        "profile": group.profile,
+        "unit": unit_name(group.pool),
+        "port": group.port,
+        "rpc_port": group.rpc_port,
+        "native_dp": group.native_dp,
+        "head": group.head.host,
+        "head_address": group.head.address,
+        "hosts": group.hosts,
+        "description": group.describe(),
+        "members": [
             {
-                "host": str(host),
-                "address": get("ansible_host", str(host)),
-                "pools": get("npu_pools_list", []),
-                "profiles": get("vllm_serve_profiles", {}),
-                "env": get("vllm_serve_env", {}),
+                "host": m.host,
+                "address": m.address,
+                "devices": list(m.devices),
+                "ports": {str(port): why for port, why in sorted(required_ports(group, m).items())},
             }
-        )
-    return views
+            for m in group.members
+        ],
+    }
 
 
 def rolling_batches(hosts: Sequence[str], groups: Iterable[Sequence[str]], batch: int | str) -> list[int]:
@@ -337,7 +126,7 @@ def host_ranks(
     node_ip: str | None = None,
     ifname: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """``host``'s place in each of its groups (:meth:`ServingGroup.as_dict` form), by pool: what the
+    """``host``'s place in each of its groups (:func:`group_dict` form), by pool: what the
     ``vllm_serve`` role needs to start it.
 
     ``{"index": 0, "role": "head" | "worker", "group": "ds", "head": "node1", "head_address": "10.0.0.1",

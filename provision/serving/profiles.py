@@ -2,9 +2,10 @@
 
 A *profile* (:class:`~provision.inventory.schema.ServingProfile`) holds the vLLM knobs of a deployment:
 model, parallelism, quantization, scheduler limits, environment. Profiles ship as data in
-``provision/data/profiles/<name>.yml``; ``vllm_serve_profiles`` in the inventory adds or overrides them.
-A *pool* (``npu_pools_list``) names the NPUs and the port; a pool with a ``profile`` gets one engine
-instance on its node. This module is the one place that turns (profile, pool) into:
+``provision/data/profiles/<name>.yml``; ``vllm_serve_profiles`` in the inventory adds or overrides them
+(both read by :mod:`provision.inventory.profiles`). A *pool* (``npu_pools_list``) names the NPUs and the
+port; a pool with a ``profile`` gets one engine instance on its node. This module is the one place that
+turns (profile, pool) into:
 
 - :func:`vllm_args`: the arguments after ``python -m vllm.entrypoints.openai.api_server`` (or ``vllm
   serve``), every flag from a profile field (:data:`~provision.inventory.schema.PROFILE_FLAGS`), then the
@@ -14,7 +15,7 @@ instance on its node. This module is the one place that turns (profile, pool) in
 
 The API key never appears here: vLLM reads it from ``VLLM_API_KEY`` (same as ``--api-key``), which the role
 writes to a root-only environment file, so it stays out of ``ps``, the journal and the args file.
-Pure functions, no I/O except reading the shipped profiles.
+Pure functions.
 """
 
 from __future__ import annotations
@@ -22,28 +23,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from provision.errors import InputError
 from provision.inventory.load import plain
+from provision.inventory.profiles import (
+    DEFAULT_DP_RPC_PORT,
+    ProfileError,
+    all_profiles,
+    check_fits,
+    profile_env,
+)
 from provision.inventory.schema import PROFILE_FLAGS, NpuPool, ServingProfile
-from provision.paths import data_dir
 
 # The OpenAI-compatible server, started as a module: works for vllm (``vllm serve`` is the same server)
 # and for the CPU build used in tests, whose ``vllm`` console script does not run (FACTS.md §8).
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 DEFAULT_BIND_HOST = "0.0.0.0"
-DEFAULT_DP_RPC_PORT = 13389
 # Variables that tell HCCL, gloo and torch which host interface carries inter-node traffic (FACTS.md §5).
 IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
-
-
-class ProfileError(InputError):
-    """A profile that does not exist, does not parse, or does not fit its pool."""
 
 
 @dataclass(frozen=True)
@@ -79,62 +77,9 @@ class Instance:
         return asdict(self)
 
 
-# --------------------------------------------------------------------------------------------- profiles
-
-
-@cache
-def _shipped_raw() -> dict[str, Any]:
-    folder = data_dir() / "profiles"
-    out: dict[str, Any] = {}
-    for file in sorted(folder.glob("*.yml")) if folder.is_dir() else []:
-        out[file.stem] = yaml.safe_load(file.read_text(encoding="utf-8"))
-    return out
-
-
-def shipped_profiles() -> dict[str, ServingProfile]:
-    """The profiles shipped in ``provision/data/profiles/*.yml``, by file name."""
-    return {name: ServingProfile.model_validate(raw) for name, raw in _shipped_raw().items()}
-
-
-def shipped_profile_path(name: str) -> Path:
-    return data_dir() / "profiles" / f"{name}.yml"
-
-
-def all_profiles(user: Mapping[str, Any] | None = None) -> dict[str, ServingProfile]:
-    """Shipped profiles, then the inventory's ``vllm_serve_profiles`` (a user profile replaces a shipped
-    one of the same name). Raises :class:`ProfileError` naming the first profile that does not parse."""
-    profiles = shipped_profiles()
-    for name, raw in (user or {}).items():
-        if isinstance(raw, ServingProfile):
-            profiles[str(name)] = raw
-            continue
-        try:
-            profiles[str(name)] = ServingProfile.model_validate(plain(raw))
-        except ValueError as exc:
-            raise ProfileError(f"vllm_serve_profiles.{name}: {exc}") from exc
-    return profiles
-
-
 def served_name(profile: ServingProfile) -> str:
     """The model name clients ask for: ``served_model_name``, else the model folder's name."""
     return profile.served_model_name or Path(profile.model.rstrip("/")).name or profile.model
-
-
-def required_npus(profile: ServingProfile) -> int:
-    """NPUs the profile uses on each node: TP x DP x PP over its nodes."""
-    total = profile.tensor_parallel_size * profile.data_parallel_size * profile.pipeline_parallel_size
-    return total // profile.nodes
-
-
-def check_fits(profile: ServingProfile, pool: NpuPool, name: str = "") -> None:
-    """Raise :class:`ProfileError` unless TP x DP x PP equals the pool's NPUs x nodes."""
-    needed = profile.tensor_parallel_size * profile.data_parallel_size * profile.pipeline_parallel_size
-    have = len(pool.devices) * profile.nodes
-    if needed != have:
-        raise ProfileError(
-            f"pool {pool.name}: profile {name or '?'} needs TP x DP x PP = {needed} NPUs, "
-            f"the pool gives {len(pool.devices)} x {profile.nodes} node(s) = {have}"
-        )
 
 
 # --------------------------------------------------------------------------------------------- argv / env
@@ -206,14 +151,13 @@ def vllm_env(
     then ``extra`` (the role's ``vllm_serve_env``). A multi-node profile also gets ``HCCL_IF_IP`` (this
     node's address) and the ``*_SOCKET_IFNAME`` variables (the interface that carries it)."""
     env = {"ASCEND_RT_VISIBLE_DEVICES": ",".join(str(device) for device in pool.devices)}
-    env.update({key: _env_value(value) for key, value in profile.env.items()})
-    if profile.nodes > 1:
+    env.update(profile_env(profile, extra))
+    if profile.nodes > 1:  # the inventory's own setting of these wins
         if node_ip:
             env.setdefault("HCCL_IF_IP", node_ip)
         if ifname:
             for key in IFNAME_VARIABLES:
                 env.setdefault(key, ifname)
-    env.update({str(key): _env_value(value) for key, value in (extra or {}).items()})
     return env
 
 
@@ -294,9 +238,3 @@ def env_file(env: Mapping[str, str]) -> str:
         escaped = "".join(f"\\{char}" if char in '"\\`$' else char for char in value)
         lines.append(f'{key}="{escaped}"')
     return "\n".join(lines) + ("\n" if lines else "")
-
-
-def _env_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

@@ -52,3 +52,56 @@ def test_the_scan_sees_an_import_of_the_rig(tmp_path: Path) -> None:
         "importlib",
         "provision_sim.cli",
     }
+
+
+def test_only_the_runner_imports_ansible_runner() -> None:
+    """One seam to ansible-runner: every run gets its environment, run directory and events from
+    provision/runner/, so no other module starts Ansible its own way."""
+    runner = ROOT / "provision" / "runner"
+    folders = [*PRODUCT, ROOT / "provision-sim" / "provision_sim"]
+    sources = [p for folder in folders for p in sorted(folder.rglob("*.py"))]
+    importers = [
+        path for path in sources if "ansible_runner" in {m.split(".")[0] for m in imported_modules(path)}
+    ]
+    assert importers, "the scan found no import of ansible_runner at all"
+    outside = [str(path.relative_to(ROOT)) for path in importers if not path.is_relative_to(runner)]
+    assert outside == []
+
+
+ABOVE_INVENTORY = ("provision.serving", "provision.runner", "provision.cli")
+
+
+def imports_from_above_the_inventory(path: Path) -> list[str]:
+    """The modules of serving, the runner or the CLI that ``path`` imports (``from provision import serving``
+    included: there the package is in the import's names, not in its module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    modules = imported_modules(path) | {
+        f"provision.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "provision" and node.level == 0
+        for alias in node.names
+    }
+    return sorted(m for m in modules if any(m == up or m.startswith(f"{up}.") for up in ABOVE_INVENTORY))
+
+
+def test_the_inventory_layer_never_imports_what_runs_on_it() -> None:
+    """Data flows one way: provision.inventory (load, validate, the models of pools, profiles and serving
+    groups) sits beneath serving, the runner and the CLI, which import it; never the other way round."""
+    sources = sorted((ROOT / "provision" / "inventory").rglob("*.py"))
+    assert len(sources) >= 6  # the scan saw the layer
+    offenders = {str(path.relative_to(ROOT)): imports_from_above_the_inventory(path) for path in sources}
+    assert {path: mods for path, mods in offenders.items() if mods} == {}
+
+
+def test_the_layer_scan_sees_an_import_from_above(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text(
+        "from provision import serving, errors\nimport provision.runner.run\n"
+        "from provision.inventory import load\n"
+        "def f():\n    from provision.cli.serve import app\n    import provision.servings\n"
+    )
+    assert imports_from_above_the_inventory(sample) == [
+        "provision.cli.serve",
+        "provision.runner.run",
+        "provision.serving",
+    ]

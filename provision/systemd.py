@@ -1,8 +1,11 @@
-"""The systemd unit of a vLLM instance, read over an Ansible connection: shared by the serving actions.
+"""systemd units as provision reads them: the one parser of ``systemctl show`` output, and a unit watched
+over an Ansible connection.
 
-``vllm_health`` (liveness while the gate waits, the journal tail of a failed instance) and
-``vllm_head_listen`` (a head whose engine exits before it opens its RPC port) ask the node the same way:
-``systemctl show`` and ``journalctl`` through the action's connection (``run(command) -> result dict``).
+The actions ``vllm_health`` (liveness while the gate waits, the journal tail of a failed instance),
+``vllm_head_listen`` (a head whose engine exits before it opens its RPC port) and ``systemd_unit`` (a failed
+start's story) ask the node the same way: ``systemctl show`` and ``journalctl`` through the action's
+connection (``run(command) -> result dict``). The converged record (:mod:`provision.runner.record`) and the
+``provision_unit_states`` filter (the vllm_serve role) parse what ``systemctl show`` printed on the node here.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from ansible.errors import AnsibleActionFail
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 SHOW = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result")
@@ -27,6 +28,17 @@ def parse_show(text: str) -> dict[str, str]:
         if sep:
             out[key.strip()] = value.strip()
     return out
+
+
+def parse_show_units(text: str) -> dict[str, dict[str, str]]:
+    """``systemctl show -p Id -p ... UNIT...`` output (one block per unit, blank-line separated) by unit Id;
+    a block without an ``Id`` is left out, and of two blocks of one unit the first counts."""
+    units: dict[str, dict[str, str]] = {}
+    for block in text.split("\n\n"):
+        shown = parse_show(block)
+        if "Id" in shown:
+            units.setdefault(shown["Id"], shown)
+    return units
 
 
 def describe_unit(state: Mapping[str, str]) -> str:
@@ -60,6 +72,10 @@ class UnitWatch:
         self._alive = False
 
     def refresh(self) -> dict[str, str]:
+        # Imported here: every provision verb loads the record, which parses with this module, and
+        # ansible.errors would cost each ~0.1 s.
+        from ansible.errors import AnsibleActionFail
+
         props = " ".join(f"-p {name}" for name in SHOW)
         done = self._run(f"systemctl show {props} {shlex.quote(self.unit)}")
         if done.get("rc", 1) != 0:
