@@ -1,21 +1,33 @@
-"""Shared by the integration tests: the `provision` CLI with its --json summary, a completion request."""
+"""The one home of what several test modules need: the `provision` CLI (in a subprocess, with its --json
+summary, or in this process), inventories, commands on simulated nodes, completion requests, samples."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import typer
 import yaml
+
+if TYPE_CHECKING:
+    from provision_sim.cluster import Cluster
+
+PROVISION = [sys.executable, "-m", "provision"]
+SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 
 
 @dataclass
@@ -70,12 +82,35 @@ class Run:
         return json.dumps(shown, indent=1) + "\n" + self.stderr[-3000:]
 
 
+# -- the CLI in a subprocess ---------------------------------------------------------------------------------
+
+
+def provision_cli(*args: str, runs: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """`python -m provision ARGS` as CI runs it (``CI=1``: progress as lines), runs kept in ``runs``; any exit
+    code is returned."""
+    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(runs)}
+    return subprocess.run(
+        [*PROVISION, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def json_summary(done: subprocess.CompletedProcess[str], what: str = "provision") -> dict[str, Any]:
+    """The ``--json`` summary of a run that must have exited 0."""
+    assert done.returncode == 0, f"{what}: rc {done.returncode}\n{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+def provision_ok(*args: str, runs: Path, timeout: float = 900) -> dict[str, Any]:
+    """The summary of `provision ARGS --json`, which must exit 0."""
+    return json_summary(provision_cli(*args, "--json", runs=runs, timeout=timeout), " ".join(args))
+
+
 def provision(verb: str, inventory: Path, *args: str, timeout: float = 900) -> Run:
     """`provision VERB INVENTORY ARGS --json`, runs kept beside the inventory; no JSON fails the test."""
-    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(inventory.parent / "runs")}
-    argv = [sys.executable, "-m", "provision", verb, str(inventory), "--json", *args]
     started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    runs = inventory.parent / "runs"
+    done = provision_cli(verb, str(inventory), "--json", *args, runs=runs, timeout=timeout)
     seconds = time.monotonic() - started
     try:
         summary = json.loads(done.stdout)
@@ -87,10 +122,16 @@ def provision(verb: str, inventory: Path, *args: str, timeout: float = 900) -> R
 
 
 def complete(
-    url: str, *, api_key: str | None = None, prompt: str = "The capital of France is", timeout: float = 60.0
+    url: str,
+    *,
+    api_key: str | None = None,
+    prompt: str = "The capital of France is",
+    timeout: float = 60.0,
+    max_tokens: int = 4,
 ) -> str:
-    """The text of a real completion (4 tokens, greedy) from the SmolLM2 endpoint at ``url``."""
-    body = json.dumps({"model": "smollm2", "prompt": prompt, "max_tokens": 4, "temperature": 0}).encode()
+    """The text of a real completion (``max_tokens``, greedy) from the SmolLM2 endpoint at ``url``."""
+    payload = {"model": "smollm2", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    body = json.dumps(payload).encode()
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -98,6 +139,9 @@ def complete(
     with urllib.request.urlopen(request, timeout=timeout) as response:
         text: str = json.load(response)["choices"][0]["text"]
     return text
+
+
+# -- inventories ---------------------------------------------------------------------------------------------
 
 
 def host_vars(inventory: Path, host: str, values: Mapping[str, Any] | None) -> None:
@@ -110,19 +154,188 @@ def host_vars(inventory: Path, host: str, values: Mapping[str, Any] | None) -> N
         path.write_text(yaml.safe_dump(dict(values)))
 
 
+def copy_inventory(cluster: Cluster, folder: Path, group_vars: Mapping[str, Any] | None = None) -> Path:
+    """The cluster's inventory copied into ``folder`` (beside it group_vars/ and host_vars/), with
+    ``group_vars`` as group_vars/npu_nodes.yml when given; returns the copy's path. Safe to call again."""
+    (folder / "group_vars").mkdir(parents=True, exist_ok=True)
+    (folder / "host_vars").mkdir(exist_ok=True)
+    shutil.copy(cluster.inventory_path, folder / "inventory.ini")
+    if group_vars is not None:
+        (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(dict(group_vars)))
+    return folder / "inventory.ini"
+
+
+def mirror_vars(cluster: Cluster) -> dict[str, Any]:
+    """The cluster's own group_vars: where its local mirror is."""
+    values: dict[str, Any] = yaml.safe_load(cluster.group_vars_path.read_text())
+    return values
+
+
+def cluster_vars(cluster: Cluster, **settings: Any) -> dict[str, Any]:
+    """The cluster's mirror variables and its NPU count (the first node's), with ``settings`` added."""
+    npus = len(node_npus(cluster, cluster.nodes[0].name))
+    return {**mirror_vars(cluster), "ascend_npu_count": npus, **settings}
+
+
+def localhost_inventory(folder: Path, group_vars: Mapping[str, Any]) -> Path:
+    """An inventory of this machine (local connection, this interpreter) in ``folder``, ``group_vars`` as
+    group_vars/npu_nodes.yml; returns its path."""
+    (folder / "group_vars").mkdir()
+    (folder / "group_vars" / "npu_nodes.yml").write_text(json.dumps(dict(group_vars)))
+    inventory = folder / "inventory.ini"
+    inventory.write_text(
+        f"[npu_nodes]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+    )
+    return inventory
+
+
+# -- simulated nodes -----------------------------------------------------------------------------------------
+
+
+def shell(
+    cluster: Cluster, node: str, script: str, *, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``sh -c SCRIPT`` inside ``node``; with ``check``, a non-zero exit fails the test with its output."""
+    done = cluster.exec(node, ["sh", "-c", script], timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"{node}: {script}\n{done.stdout}{done.stderr}"
+    return done
+
+
+def sh(cluster: Cluster, node: str, script: str, *, timeout: float = 120) -> str:
+    """The stdout of ``sh -c SCRIPT`` inside ``node``, which must exit 0."""
+    return shell(cluster, node, script, timeout=timeout).stdout
+
+
+def exists(cluster: Cluster, node: str, path: str) -> bool:
+    return cluster.exec(node, ["test", "-e", path]).returncode == 0
+
+
+def node_npus(cluster: Cluster, node: str) -> list[Any]:
+    """The NPUs the simulator gives ``node`` (its hardware config)."""
+    from provision_sim import hardware
+
+    config = json.loads((cluster.node(node).root / hardware.HW_CONFIG.lstrip("/")).read_text())
+    return list(config["npus"])
+
+
+def journals(cluster: Cluster, unit: str, lines: int = 40) -> str:
+    """The last ``lines`` of ``unit``'s journal on every node (to explain a failure)."""
+    out = []
+    for node in cluster.nodes:
+        done = cluster.exec(node.name, ["journalctl", "-u", unit, "-n", str(lines), "--no-pager"])
+        out.append(f"\n--- {node.name}: journal of {unit} ---\n{done.stdout}{done.stderr}")
+    return "".join(out)
+
+
+# -- the CLI in this process ---------------------------------------------------------------------------------
+
+GOOD_INI = """\
+[npu_nodes]
+node1 ansible_host=192.0.2.11
+node2 ansible_host=192.0.2.12
+"""
+
 VALIDATE_INI = "[npu_nodes]\nnode1 ansible_host=192.0.2.11\n"
+
+
+def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
+    """`provision ARGS` in this process; its exit code."""
+    from provision.cli import main
+
+    monkeypatch.setattr("sys.argv", ["provision", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    code = exit_info.value.code
+    return int(code) if isinstance(code, int) else 0
+
+
+def cli_app(register: Callable[[typer.Typer], None]) -> typer.Typer:
+    """A bare typer app with only the commands ``register`` adds (for typer's CliRunner)."""
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """provision"""
+
+    register(app)
+    return app
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    """``files`` (name -> dedented text) under ``root``; returns the inventory among them."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return root / ("inventory.yml" if "inventory.yml" in files else "inventory.ini")
 
 
 def validate(tmp_path: Path, group_vars: str, monkeypatch: pytest.MonkeyPatch) -> int:
     """`provision validate` (in this process) of a one-host inventory whose group_vars are ``group_vars``
     (dedented YAML); returns the exit code."""
-    from provision.cli import main
-
     (tmp_path / "group_vars").mkdir(exist_ok=True)
     (tmp_path / "group_vars" / "npu_nodes.yml").write_text(textwrap.dedent(group_vars))
     (tmp_path / "inventory.ini").write_text(VALIDATE_INI)
-    monkeypatch.setattr("sys.argv", ["provision", "validate", str(tmp_path / "inventory.ini")])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    code = exit_info.value.code
-    return int(code) if isinstance(code, int) else 0
+    return run_cli(["validate", str(tmp_path / "inventory.ini")], monkeypatch)
+
+
+# -- files and the machine -----------------------------------------------------------------------------------
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """The Python file at ``path`` (a plugin, a script) imported as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def without_comments(text: str) -> str:
+    """``text`` without its ``#`` lines (a sample's SOURCE and comment lines)."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+
+
+def sample(name: str) -> str:
+    """A sample's tool output (tests/fixtures/samples) without its SOURCE/comment lines."""
+    return without_comments((SAMPLES / name).read_text(encoding="utf-8"))
+
+
+def sample_segments(name: str, *, skip_missing: bool = False) -> list[str]:
+    """The verbatim parts of a sample file: runs of non-comment lines, blank edges trimmed. A missing file
+    skips the test with ``skip_missing``."""
+    path = SAMPLES / name
+    if skip_missing and not path.is_file():
+        pytest.skip(f"sample {name} not available")
+    groups: list[list[str]] = [[]]
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if line.startswith("#"):
+            groups.append([])
+        else:
+            groups[-1].append(line)
+    out = []
+    for group in groups:
+        text = "\n".join(group).strip("\n")
+        if text.strip():
+            out.append(text + "\n")
+    return out
+
+
+def probe_section(label: str, body: str) -> str:
+    """One section of a probe script's output (facts, discovery): its ``MARK label`` line, then ``body``."""
+    from provision.ascend.facts import MARK
+
+    return f"\n{MARK}{label}\n{body}\n"
+
+
+def icmp_allowed() -> bool:
+    """Whether this process may open an ICMP socket (the simulator's ping needs one)."""
+    for kind in (socket.SOCK_RAW, socket.SOCK_DGRAM):
+        try:
+            socket.socket(socket.AF_INET, kind, socket.IPPROTO_ICMP).close()
+            return True
+        except OSError:
+            continue
+    return False

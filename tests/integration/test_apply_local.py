@@ -8,36 +8,27 @@ node the later stages support).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import localhost_inventory, provision_cli
+
 pytestmark = pytest.mark.slow
-PROVISION = [sys.executable, "-m", "provision"]
+TIMEOUT_S = 300
 
 
 def local_inventory(tmp_path: Path, **group_vars: object) -> Path:
-    (tmp_path / "group_vars").mkdir()
+    """This machine, past the preflight checks it cannot pass (no NPUs, not a supported OS)."""
     settings = {"preflight_require_npus": False, "preflight_allow_unsupported_os": True, **group_vars}
-    (tmp_path / "group_vars" / "npu_nodes.yml").write_text(json.dumps(settings))
-    inventory = tmp_path / "inventory.ini"
-    inventory.write_text(
-        f"[npu_nodes]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
-    )
-    return inventory
-
-
-def provision(*args: str, runs: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PROVISION_RUNS_DIR": str(runs), "CI": "1"}
-    return subprocess.run([*PROVISION, *args], capture_output=True, text=True, env=env, timeout=300)
+    return localhost_inventory(tmp_path, settings)
 
 
 def test_apply_json_reports_per_host_counts(tmp_path: Path) -> None:
     inventory = local_inventory(tmp_path)
-    done = provision("apply", str(inventory), "-p", "preflight", "--json", runs=tmp_path / "runs")
+    done = provision_cli(
+        "apply", str(inventory), "-p", "preflight", "--json", runs=tmp_path / "runs", timeout=TIMEOUT_S
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout)
     assert summary["ok"] is True and summary["exit_code"] == 0
@@ -52,7 +43,9 @@ def test_apply_json_reports_per_host_counts(tmp_path: Path) -> None:
 
 def test_apply_failure_exits_1_and_names_host_task_and_reason(tmp_path: Path) -> None:
     inventory = local_inventory(tmp_path, preflight_min_free_mb={"/var": 10**12})
-    done = provision("apply", str(inventory), "-p", "preflight", runs=tmp_path / "runs")
+    done = provision_cli(
+        "apply", str(inventory), "-p", "preflight", runs=tmp_path / "runs", timeout=TIMEOUT_S
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout
     assert "localhost        failed      preflight : Check free disk space" in out
@@ -63,7 +56,7 @@ def test_apply_failure_exits_1_and_names_host_task_and_reason(tmp_path: Path) ->
 
 def test_plan_changes_nothing_and_lists_hosts(tmp_path: Path) -> None:
     inventory = local_inventory(tmp_path)
-    done = provision("plan", str(inventory), "-p", "preflight", runs=tmp_path / "runs")
+    done = provision_cli("plan", str(inventory), "-p", "preflight", runs=tmp_path / "runs", timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "check mode: nothing is changed" in done.stdout
     assert "localhost: no changes" in done.stdout
@@ -71,7 +64,7 @@ def test_plan_changes_nothing_and_lists_hosts(tmp_path: Path) -> None:
 
 def test_limit_and_tags_reach_ansible(tmp_path: Path) -> None:
     inventory = local_inventory(tmp_path)
-    done = provision(
+    done = provision_cli(
         "apply",
         str(inventory),
         "--tags",
@@ -80,6 +73,7 @@ def test_limit_and_tags_reach_ansible(tmp_path: Path) -> None:
         "localhost",
         "--json",
         runs=tmp_path / "runs",
+        timeout=TIMEOUT_S,
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
@@ -94,7 +88,7 @@ def test_limit_and_tags_reach_ansible(tmp_path: Path) -> None:
 
 def test_extra_vars_override(tmp_path: Path) -> None:
     inventory = local_inventory(tmp_path)
-    done = provision(
+    done = provision_cli(
         "apply",
         str(inventory),
         "-e",
@@ -102,6 +96,7 @@ def test_extra_vars_override(tmp_path: Path) -> None:
         "-e",
         "preflight_allow_unsupported_os=true",
         runs=tmp_path / "runs",
+        timeout=TIMEOUT_S,
     )
     assert done.returncode == 1
     assert "is not supported; allowed: s390x" in done.stdout
@@ -111,7 +106,9 @@ def test_unreachable_host_exits_1(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory.ini"
     # Port 1 on loopback refuses at once: no traffic leaves this machine.
     inventory.write_text("[npu_nodes]\nghost ansible_host=127.0.0.1 ansible_port=1 ansible_user=nobody\n")
-    done = provision("apply", str(inventory), "-p", "preflight", "--json", runs=tmp_path / "runs")
+    done = provision_cli(
+        "apply", str(inventory), "-p", "preflight", "--json", runs=tmp_path / "runs", timeout=TIMEOUT_S
+    )
     assert done.returncode == 1
     summary = json.loads(done.stdout)
     assert summary["hosts"]["ghost"]["unreachable"] == 1

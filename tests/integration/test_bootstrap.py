@@ -25,6 +25,7 @@ from provision.inventory.load import load_inventory
 from provision.inventory.validate import validate
 from provision_sim.cluster import Cluster
 from provision_sim.nodes import new_key_pair
+from tests.helpers import sh
 
 pytestmark = pytest.mark.cluster
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_factory fixture (tests/conftest.py)
@@ -91,19 +92,13 @@ apt-get purge -y -q python3 python3-minimal sudo >/dev/null
 # --- helpers -----------------------------------------------------------------------------------------------
 
 
-def run_in(cluster: Cluster, node: str, script: str, timeout: float = 120) -> str:
-    done = cluster.exec(node, ["sh", "-c", script], timeout=timeout)
-    assert done.returncode == 0, f"{node}: {script[:200]}\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 def new_rack(
     cluster: Cluster, *, minimal: str | None = None, root_passwords: dict[str, str] | None = None
 ) -> None:
     """Root password login with PASSWORD, no deploy user, sudo installed, except on ``minimal``."""
     for node in cluster.nodes:
         password = (root_passwords or {}).get(node.name, PASSWORD)
-        run_in(
+        sh(
             cluster,
             node.name,
             f"printf '{NEW_RACK_SSHD}' > /etc/ssh/sshd_config.d/00-new-rack.conf\n"
@@ -112,7 +107,7 @@ def new_rack(
             "systemctl reload ssh\n",
         )
         if node.name == minimal:
-            run_in(cluster, node.name, REPACK, timeout=300)
+            sh(cluster, node.name, REPACK, timeout=300)
 
 
 def bootstrap(*args: str, password: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -185,7 +180,7 @@ def test_new_rack_to_preflight_then_nothing_to_do(
     new_rack(cluster, minimal="node2")
     ip = {n.name: n.ip for n in cluster.nodes}
     # node3: the vendor set up an admin account that needs its password for sudo.
-    run_in(
+    sh(
         cluster,
         "node3",
         f"useradd -m -s /bin/bash admin && echo 'admin:{PASSWORD}' | chpasswd && "
@@ -195,7 +190,7 @@ def test_new_rack_to_preflight_then_nothing_to_do(
     vendor = new_key_pair("vendor")
     (tmp_path / "vendor_key").write_text(vendor.private_openssh)
     (tmp_path / "vendor_key").chmod(0o600)
-    run_in(
+    sh(
         cluster,
         "node1",
         f"install -d -m 700 /root/.ssh && echo '{vendor.public_line}' > /root/.ssh/authorized_keys",
@@ -239,18 +234,16 @@ def test_new_rack_to_preflight_then_nothing_to_do(
 
     # On the nodes: the deploy user, its sudoers file (valid), python3 back, sshd hardened.
     for name in ("node1", "node2", "node3"):
-        assert run_in(cluster, name, "id -un provision").strip() == "provision"
-        assert run_in(cluster, name, "cat /etc/sudoers.d/90-provision-provision").endswith(
+        assert sh(cluster, name, "id -un provision").strip() == "provision"
+        assert sh(cluster, name, "cat /etc/sudoers.d/90-provision-provision").endswith(
             "provision ALL=(ALL:ALL) NOPASSWD: ALL\n"
         )
-        run_in(
+        sh(
             cluster,
             name,
             "visudo -c >/dev/null && command -v python3 && sudo -l -U provision | grep -q NOPASSWD",
         )
-        assert run_in(cluster, name, "head -n 1 /etc/ssh/sshd_config").startswith(
-            "# BEGIN provision bootstrap"
-        )
+        assert sh(cluster, name, "head -n 1 /etc/ssh/sshd_config").startswith("# BEGIN provision bootstrap")
         assert password_login_refused(ip[name], "root")
     assert password_login_refused(ip["node3"], "admin")
 
@@ -328,7 +321,7 @@ def test_each_failure_has_its_own_message_and_the_others_succeed(
     cluster = sim_cluster_factory("bsb", nodes=4, os_list="openeuler-22.03,ubuntu-22.04")
     new_rack(cluster, root_passwords={"node2": "another-password-entirely"})
     ip = {n.name: n.ip for n in cluster.nodes}
-    run_in(cluster, "node3", f"useradd -m -s /bin/bash ops && echo 'ops:{PASSWORD}' | chpasswd")
+    sh(cluster, "node3", f"useradd -m -s /bin/bash ops && echo 'ops:{PASSWORD}' | chpasswd")
     folder = tmp_path / "site"
     folder.mkdir()
     inventory = folder / "inventory.ini"
@@ -378,11 +371,11 @@ def test_each_failure_has_its_own_message_and_the_others_succeed(
     assert "6 host(s): 1 changed, 0 unchanged, 5 failed (node2, node3, node4, gone, closed)" in out
 
     # Nothing but a key exchange happened with node4: no login was tried there.
-    journal = run_in(cluster, "node4", "journalctl -u ssh --no-pager -o cat")
+    journal = sh(cluster, "node4", "journalctl -u ssh --no-pager -o cat")
     assert "Failed password" not in journal and "Accepted" not in journal and "Invalid user" not in journal
     # Only node1 made it into the inventory; node4's old key is still what is recorded for it.
     assert load_inventory(inventory).groups["npu_nodes"] == ["node1"]
     assert (folder / "known_hosts").read_text().startswith(before)
     assert ip["node4"] not in (folder / "known_hosts").read_text()[len(before) :]
-    assert run_in(cluster, "node2", "id provision >/dev/null 2>&1 || echo absent").strip() == "absent"
+    assert sh(cluster, "node2", "id provision >/dev/null 2>&1 || echo absent").strip() == "absent"
     assert_no_secret(result.stdout, result.stderr, folders=(tmp_path,))

@@ -9,19 +9,14 @@ installers need no driver, so no prerequisite packages and no reboot are involve
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from provision.ascend import lock, parse_cann_install_info
 from provision_sim.cluster import Cluster
+from tests.helpers import copy_inventory, exists, host_vars, mirror_vars, provision, sh
 
 pytestmark = pytest.mark.cluster
 
@@ -30,30 +25,6 @@ CANN = str(lock.default_stack()["cann"])
 NNAL = str(lock.default_stack()["nnal"])
 OLD = "8.2.RC1"
 BASE = "/usr/local/Ascend"
-
-
-def run(verb: str, inventory: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(inventory.parent / "runs")}
-    argv = [sys.executable, "-m", "provision", verb, str(inventory), "-p", "cann", "--json", *args]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
-    try:
-        return done.returncode, json.loads(done.stdout)
-    except ValueError:
-        pytest.fail(f"provision {verb} printed no JSON (rc {done.returncode}):\n{done.stderr}")
-
-
-def changes(summary: dict[str, Any], host: str) -> list[str]:
-    return [c["task"] for c in summary["changes"] if c["host"] == host]
-
-
-def sh(cluster: Cluster, node: str, script: str) -> str:
-    done = cluster.exec(node, ["sh", "-c", script], timeout=120)
-    assert done.returncode == 0, f"{node}: {script}: {done.stdout}{done.stderr}"
-    return done.stdout
-
-
-def exists(cluster: Cluster, node: str, path: str) -> bool:
-    return cluster.exec(node, ["test", "-e", path]).returncode == 0
 
 
 def login_env(cluster: Cluster, node: str) -> list[str]:
@@ -68,17 +39,13 @@ def toolkit_version(cluster: Cluster, node: str, info: str) -> str:
 def test_both_layouts_then_upgrade(sim_cluster_factory: ClusterFactory, tmp_path: Path) -> None:
     cluster = sim_cluster_factory("cann", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=1)
     arch = sh(cluster, "node1", "uname -m").strip()
-    (tmp_path / "group_vars").mkdir()
-    (tmp_path / "host_vars").mkdir()
-    shutil.copy(cluster.inventory_path, tmp_path / "inventory.ini")
-    shutil.copy(cluster.group_vars_path, tmp_path / "group_vars" / "npu_nodes.yml")
-    inv = tmp_path / "inventory.ini"
+    inv = copy_inventory(cluster, tmp_path, mirror_vars(cluster))
     old_vars = {"cann_version": OLD, "cann_nnal_version": OLD, "provision_allow_unlocked_versions": True}
-    (tmp_path / "host_vars" / "node2.yml").write_text(yaml.safe_dump(old_vars))
+    host_vars(inv, "node2", old_vars)
 
     # plan: per host the downloads and the installers of its layout, in order; nothing changes.
-    rc, plan = run("plan", inv)
-    assert rc == 0, plan["failures"]
+    plan = provision("plan", inv, "-p", "cann")
+    assert plan.rc == 0, plan.summary["failures"]
     expected = {
         "node1": [
             f"Ascend-cann-toolkit_{CANN}_linux-{arch}.run",
@@ -92,7 +59,7 @@ def test_both_layouts_then_upgrade(sim_cluster_factory: ClusterFactory, tmp_path
         ],
     }
     for node, files in expected.items():
-        tasks = changes(plan, node)
+        tasks = plan.tasks(node)
         downloads = [t for t in tasks if t.startswith("cann : Would download ")]
         assert downloads == [f"cann : Would download {f}" for f in files]
         assert [t for t in tasks if t.startswith("cann : Would run ")] == [
@@ -102,8 +69,8 @@ def test_both_layouts_then_upgrade(sim_cluster_factory: ClusterFactory, tmp_path
         assert not exists(cluster, node, "/etc/profile.d/ascend.sh")
 
     # apply: both layouts, their set_env.sh sourced by login shells, the versions recorded.
-    rc, first = run("apply", inv)
-    assert rc == 0, first["failures"]
+    first = provision("apply", inv, "-p", "cann")
+    assert first.rc == 0, first.summary["failures"]
     assert (
         toolkit_version(cluster, "node1", f"{BASE}/cann-{CANN}/{arch}-linux/ascend_toolkit_install.info")
         == CANN
@@ -134,16 +101,16 @@ def test_both_layouts_then_upgrade(sim_cluster_factory: ClusterFactory, tmp_path
     for node in ("node1", "node2"):
         assert sh(cluster, node, "ls -A /var/cache/provision/cann").strip() == ""
 
-    rc, again = run("apply", inv)
-    assert rc == 0, again["failures"]
-    assert {h: s["changed"] for h, s in again["hosts"].items()} == {"node1": 0, "node2": 0}
+    again = provision("apply", inv, "-p", "cann")
+    assert again.rc == 0, again.summary["failures"]
+    assert again.changed() == {"node1": 0, "node2": 0}
 
     # upgrade node2 to the lock: toolkit --upgrade replaces the <= 8.3 layout; node1 is left alone.
-    (tmp_path / "host_vars" / "node2.yml").unlink()
-    rc, upgrade = run("apply", inv)
-    assert rc == 0, upgrade["failures"]
-    assert changes(upgrade, "node1") == []
-    assert f"cann : Run Ascend-cann-toolkit_{CANN}_linux-{arch}.run" in changes(upgrade, "node2")
+    host_vars(inv, "node2", None)
+    upgrade = provision("apply", inv, "-p", "cann")
+    assert upgrade.rc == 0, upgrade.summary["failures"]
+    assert upgrade.tasks("node1") == []
+    assert f"cann : Run Ascend-cann-toolkit_{CANN}_linux-{arch}.run" in upgrade.tasks("node2")
     assert not exists(cluster, "node2", f"{BASE}/ascend-toolkit")
     assert toolkit_version(cluster, "node2", f"{BASE}/cann/{arch}-linux/ascend_toolkit_install.info") == CANN
     assert login_env(cluster, "node2") == [f"{BASE}/cann", f"{BASE}/nnal/atb/latest/atb/cxx_abi_1"]
@@ -151,8 +118,8 @@ def test_both_layouts_then_upgrade(sim_cluster_factory: ClusterFactory, tmp_path
     log = sh(cluster, "node2", "cat /var/log/ascend_seclog/ascend_install.log")
     assert f"Remove the old version {OLD}" in log
 
-    rc, last = run("apply", inv)
-    assert rc == 0, last["failures"]
-    assert {h: s["changed"] for h, s in last["hosts"].items()} == {"node1": 0, "node2": 0}
-    rc, converged = run("plan", inv)
-    assert (rc, converged["changes"]) == (0, [])
+    last = provision("apply", inv, "-p", "cann")
+    assert last.rc == 0, last.summary["failures"]
+    assert last.changed() == {"node1": 0, "node2": 0}
+    converged = provision("plan", inv, "-p", "cann")
+    assert (converged.rc, converged.summary["changes"]) == (0, [])

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from provision.ascend import lock
 from provision_sim.cluster import Cluster
 from provision_sim.mirror import repos
-from tests.helpers import Run, host_vars
+from tests.helpers import Run, copy_inventory, host_vars, mirror_vars, shell
 from tests.helpers import provision as run_provision
 
 pytestmark = pytest.mark.cluster
@@ -50,10 +48,8 @@ def provision(verb: str, inventory: Path, playbook: str, *args: str, timeout: fl
 
 
 def sh(cluster: Cluster, node: str, script: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = cluster.exec(node, ["sh", "-c", script], timeout=180)
-    if check:
-        assert done.returncode == 0, f"{node}: {script}: {done.stdout}{done.stderr}"
-    return done
+    """``shell`` with room for docker's slower starts and stops."""
+    return shell(cluster, node, script, check=check, timeout=180)
 
 
 def daemon_json(cluster: Cluster, node: str) -> dict[str, Any]:
@@ -89,12 +85,7 @@ def stack(
     """The cluster after repos + driver, with the inventory (pools) and node1's own daemon.json."""
     cluster = sim_cluster_module_factory("crt", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=8)
     folder = tmp_path_factory.mktemp("container-runtime")
-    (folder / "group_vars").mkdir()
-    (folder / "host_vars").mkdir()
-    shutil.copy(cluster.inventory_path, folder / "inventory.ini")
-    values = {**yaml.safe_load(cluster.group_vars_path.read_text()), "npu_pools_list": POOLS}
-    (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(values))
-    inventory = folder / "inventory.ini"
+    inventory = copy_inventory(cluster, folder, {**mirror_vars(cluster), "npu_pools_list": POOLS})
     for playbook in ("repos", "driver"):
         run = provision("apply", inventory, playbook)
         assert run.rc == 0, run.explain()

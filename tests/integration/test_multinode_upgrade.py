@@ -25,14 +25,13 @@ import pytest
 import yaml
 
 from provision_sim.cluster import Cluster
-from tests.helpers import complete
+from tests.helpers import complete, provision_cli
 from tests.integration.test_hccn_gate import (
     POOL,
     UNIT,
     Gated,
     gated_cluster,
     journals,
-    provision,
     settings,
     unit_show,
 )
@@ -57,7 +56,7 @@ def write_settings(inventory: Path, values: dict[str, Any]) -> None:
 
 
 def status(state: Gated) -> tuple[int, dict[str, Any]]:
-    done = provision("serve", "status", str(state.inventory), "--json", runs=state.runs, timeout=300)
+    done = provision_cli("serve", "status", str(state.inventory), "--json", runs=state.runs, timeout=300)
     try:
         return done.returncode, json.loads(done.stdout)
     except ValueError:
@@ -65,7 +64,7 @@ def status(state: Gated) -> tuple[int, dict[str, Any]]:
 
 
 def test_the_group_serves_and_status_shows_the_worker_as_its_heads(group: Gated) -> None:
-    done = provision("apply", str(group.inventory), "-p", "serve", "--json", runs=group.runs)
+    done = provision_cli("apply", str(group.inventory), "-p", "serve", "--json", runs=group.runs)
     assert done.returncode == 0, done.stdout + done.stderr + journals(group)
     summary = json.loads(done.stdout)
     endpoints = {(e["host"], e["pool"]): e for e in summary["endpoints"]}
@@ -95,7 +94,7 @@ def test_a_broken_change_rolls_the_whole_group_back(group: Gated) -> None:
     write_settings(group.inventory, broken)
     try:
         started = time.monotonic()
-        done = provision("apply", str(group.inventory), "-p", "upgrade", "--json", runs=group.runs)
+        done = provision_cli("apply", str(group.inventory), "-p", "upgrade", "--json", runs=group.runs)
         seconds = time.monotonic() - started
     finally:
         write_settings(group.inventory, settings())

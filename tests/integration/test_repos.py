@@ -15,7 +15,6 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -25,8 +24,10 @@ from provision.inventory.validate import check
 from provision.paths import ansible_root
 from provision_sim.cluster import Cluster
 from provision_sim.mirror import repos
+from tests.helpers import provision_ok, sh
 
 ROLE = ansible_root() / "roles" / "openeuler_repos"
+TIMEOUT_S = 600
 KERNEL = "6.18.44-fc-v669"
 STRAY = {
     # The distributions' own sources, unreachable on an air-gapped site: the role moves them aside.
@@ -151,33 +152,13 @@ def test_mirror_layout_signatures_and_checksums(sim_cluster: Cluster, tmp_path: 
     assert group_vars["openeuler_repos_mirror_url"] == f"{served.url}/openeuler"
 
 
-def provision(*args: str, runs: Path) -> dict[str, Any]:
-    env = {**os.environ, "PROVISION_RUNS_DIR": str(runs), "CI": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "provision", *args, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
-    summary: dict[str, Any] = json.loads(done.stdout)
-    return summary
-
-
-def _sh(cluster: Cluster, node: str, script: str) -> str:
-    done = cluster.exec(node, ["sh", "-c", script], timeout=60)
-    assert done.returncode == 0, f"{node}: {script}\n{done.stdout}{done.stderr}"
-    return done.stdout
-
-
 def _state(cluster: Cluster) -> dict[str, str]:
     """What plan must not change: source files, packages, dpkg selections, dnf.conf."""
     script = (
         "ls -la /etc/yum.repos.d /etc/apt/sources.list.d 2>/dev/null; cat /etc/dnf/dnf.conf;"
         " rpm -qa 2>/dev/null | sort; dpkg --get-selections | grep -v deinstall"
     )
-    return {node.name: _sh(cluster, node.name, script) for node in cluster.nodes}
+    return {node.name: sh(cluster, node.name, script) for node in cluster.nodes}
 
 
 @pytest.mark.cluster
@@ -194,12 +175,12 @@ def test_repos_plan_apply_repeat(sim_cluster: Cluster, tmp_path: Path) -> None:
             else ("/etc/apt/sources.list.d/provision-ubuntu.sources")
         )
         fresh[node.name] = (
-            _sh(sim_cluster, node.name, f"test -e {own} && echo no || echo yes").strip() == "yes"
+            sh(sim_cluster, node.name, f"test -e {own} && echo no || echo yes").strip() == "yes"
         )
-        _sh(sim_cluster, node.name, f"printf '{content}' > {path}")
+        sh(sim_cluster, node.name, f"printf '{content}' > {path}")
 
     before = _state(sim_cluster)
-    plan = provision("plan", inventory, "-p", "repos", runs=runs)
+    plan = provision_ok("plan", inventory, "-p", "repos", runs=runs, timeout=TIMEOUT_S)
     assert plan["ok"] and plan["check"]
     assert _state(sim_cluster) == before, "plan changed a node"
     tasks: dict[str, set[str]] = {}
@@ -218,42 +199,42 @@ def test_repos_plan_apply_repeat(sim_cluster: Cluster, tmp_path: Path) -> None:
             ]
             assert "Packages to install once the sources are in place" in tasks[node.name]
 
-    first = provision("apply", inventory, "-p", "repos", runs=runs)
+    first = provision_ok("apply", inventory, "-p", "repos", runs=runs, timeout=TIMEOUT_S)
     assert all(stats["changed"] > 0 for stats in first["hosts"].values()), first["hosts"]
-    again = provision("apply", inventory, "-p", "repos", runs=runs)
+    again = provision_ok("apply", inventory, "-p", "repos", runs=runs, timeout=TIMEOUT_S)
     assert {host: stats["changed"] for host, stats in again["hosts"].items()} == {
         node.name: 0 for node in sim_cluster.nodes
     }, again["changes"]
 
     arch = platform.machine()
     for node in sim_cluster.nodes:
-        npus = _sh(sim_cluster, node.name, "lspci -n -d 19e5:")  # the REAL lspci from the mirror's package
+        npus = sh(sim_cluster, node.name, "lspci -n -d 19e5:")  # the REAL lspci from the mirror's package
         assert [line.split()[2] for line in npus.splitlines()].count("19e5:d802") == 8, npus
-        _sh(sim_cluster, node.name, "command -v ifconfig dkms gcc make")
+        sh(sim_cluster, node.name, "command -v ifconfig dkms gcc make")
         if node.flavour.startswith("openeuler"):
             version = node.flavour.removeprefix("openeuler-")
-            repo = _sh(sim_cluster, node.name, "cat /etc/yum.repos.d/provision-openEuler.repo")
+            repo = sh(sim_cluster, node.name, "cat /etc/yum.repos.d/provision-openEuler.repo")
             for section in repos.OPENEULER_SECTIONS:
                 assert f"/openeuler/openEuler-{version}-LTS-SP1/{section}/$basearch/\n" in repo
             assert "gpgcheck=1\n" in repo
             assert "x86_64" not in repo and "aarch64" not in repo, "the arch comes from $basearch"
-            listing = _sh(sim_cluster, node.name, "ls /etc/yum.repos.d")
+            listing = sh(sim_cluster, node.name, "ls /etc/yum.repos.d")
             assert listing.split() == ["openEuler.repo.provision-disabled", "provision-openEuler.repo"]
-            _sh(sim_cluster, node.name, "rpm -q pciutils net-tools dkms gcc make python3-devel")
-            _sh(sim_cluster, node.name, "rpm -q kernel-devel-$(uname -r) kernel-headers-$(uname -r)")
-            _sh(sim_cluster, node.name, "test -d /usr/src/kernels/$(uname -r)")
-            assert "exclude=kernel*\n" in _sh(sim_cluster, node.name, "cat /etc/dnf/dnf.conf")
-            assert "gpg-pubkey-" in _sh(sim_cluster, node.name, "rpm -qa"), "signatures were checked"
+            sh(sim_cluster, node.name, "rpm -q pciutils net-tools dkms gcc make python3-devel")
+            sh(sim_cluster, node.name, "rpm -q kernel-devel-$(uname -r) kernel-headers-$(uname -r)")
+            sh(sim_cluster, node.name, "test -d /usr/src/kernels/$(uname -r)")
+            assert "exclude=kernel*\n" in sh(sim_cluster, node.name, "cat /etc/dnf/dnf.conf")
+            assert "gpg-pubkey-" in sh(sim_cluster, node.name, "rpm -qa"), "signatures were checked"
         else:
-            source = _sh(sim_cluster, node.name, "cat /etc/apt/sources.list.d/provision-ubuntu.sources")
+            source = sh(sim_cluster, node.name, "cat /etc/apt/sources.list.d/provision-ubuntu.sources")
             assert "Suites: jammy jammy-updates jammy-security\n" in source
             assert "Signed-By: /etc/apt/keyrings/provision-ubuntu.asc\n" in source
-            listing = _sh(sim_cluster, node.name, "ls /etc/apt/sources.list.d")
+            listing = sh(sim_cluster, node.name, "ls /etc/apt/sources.list.d")
             assert listing.split() == ["provision-ubuntu.sources", "ubuntu.list.provision-disabled"]
-            status = _sh(sim_cluster, node.name, "dpkg -s pciutils net-tools dkms gcc make python3-dev")
+            status = sh(sim_cluster, node.name, "dpkg -s pciutils net-tools dkms gcc make python3-dev")
             assert status.count("Status: install ok installed") == 6
-            _sh(sim_cluster, node.name, "test -d /lib/modules/$(uname -r)/build")
-            held = _sh(sim_cluster, node.name, "dpkg --get-selections | awk '$2 == \"hold\" {print $1}'")
+            sh(sim_cluster, node.name, "test -d /lib/modules/$(uname -r)/build")
+            held = sh(sim_cluster, node.name, "dpkg --get-selections | awk '$2 == \"hold\" {print $1}'")
             assert held.split() == [f"linux-headers-{platform.release()}"]
     assert arch  # the mirror was built for this host's nodes (see test_mirror_layout...)
 
@@ -284,8 +265,15 @@ def test_plain_ansible_playbook_then_plan_other_settings(sim_cluster: Cluster, t
 
     before = _state(sim_cluster)
     settings = {"openeuler_repos_gpgcheck": False, "openeuler_repos_hold_kernel": False}
-    plan = provision(
-        "plan", str(sim_cluster.inventory_path), "-p", "repos", "-e", json.dumps(settings), runs=tmp_path
+    plan = provision_ok(
+        "plan",
+        str(sim_cluster.inventory_path),
+        "-p",
+        "repos",
+        "-e",
+        json.dumps(settings),
+        runs=tmp_path,
+        timeout=TIMEOUT_S,
     )
     assert _state(sim_cluster) == before, "plan changed a node"
     changes: dict[str, dict[str, str]] = {}

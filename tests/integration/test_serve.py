@@ -17,10 +17,8 @@ Costs: two engines (~3.6 GB each), 1-1.5 min per cold start of both on 2 cores; 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -35,14 +33,13 @@ import yaml
 from provision_sim.cluster import Cluster
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.setup import engine_binds, engine_profile_vars, smollm2_profile
-from tests.helpers import Run
+from tests.helpers import Run, copy_inventory, journals, provision_cli
 from tests.helpers import complete as shared_complete
 
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
 
-PROVISION = [sys.executable, "-m", "provision"]
 POOL = {"name": "smol", "devices": [0], "port": 8000, "profile": "smollm2-cpu"}
 API_KEY = "serve-test-key"
 APPLY_TIMEOUT_S = 600
@@ -72,13 +69,6 @@ class Served:
         return self.inventory.parent / "group_vars" / "npu_nodes.yml"
 
 
-def provision(*args: str, runs: Path, timeout: float = APPLY_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PROVISION_RUNS_DIR": str(runs), "CI": "1"}
-    return subprocess.run(
-        [*PROVISION, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
-    )
-
-
 def good_settings() -> dict[str, object]:
     settings: dict[str, object] = {
         "npu_pools_list": [POOL],
@@ -102,32 +92,23 @@ def served(
         "serve", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds(), mirror=False
     )
     folder = tmp_path_factory.mktemp("serve")
-    inventory = folder / "inventory.ini"
-    inventory.write_text(cluster.inventory_path.read_text())
-    (folder / "group_vars").mkdir()
+    inventory = copy_inventory(cluster, folder, good_settings())
     state = Served(cluster, inventory, folder / "runs")
-    state.group_vars().write_text(yaml.safe_dump(good_settings()))
-    planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
+    planned = provision_cli(
+        "plan", str(inventory), "-p", "serve", "--json", runs=state.runs, timeout=APPLY_TIMEOUT_S
+    )
     assert planned.returncode == 0, planned.stdout + planned.stderr
     state.plan = json.loads(planned.stdout)
     unit = cluster.exec("node1", ["test", "-e", "/etc/systemd/system/vllm-smol.service"])
     state.unit_after_plan = unit.returncode == 0
     started = time.monotonic()
-    done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
+    done = provision_cli(
+        "apply", str(inventory), "-p", "serve", "--json", runs=state.runs, timeout=APPLY_TIMEOUT_S
+    )
     state.first_apply_s = time.monotonic() - started
-    assert done.returncode == 0, done.stdout + done.stderr + _journal(cluster)
+    assert done.returncode == 0, done.stdout + done.stderr + journals(cluster, "vllm-smol.service")
     state.first_apply = json.loads(done.stdout)
     return state
-
-
-def _journal(cluster: Cluster, lines: int = 40) -> str:
-    out = []
-    for node in cluster.nodes:
-        done = cluster.exec(
-            node.name, ["journalctl", "-u", "vllm-smol.service", "-n", str(lines), "--no-pager"]
-        )
-        out.append(f"\n--- {node.name}: journal of vllm-smol.service ---\n{done.stdout}{done.stderr}")
-    return "".join(out)
 
 
 def complete(url: str, prompt: str = "The capital of France is", timeout: float = 30.0) -> str:
@@ -135,7 +116,7 @@ def complete(url: str, prompt: str = "The capital of France is", timeout: float 
 
 
 def status(served: Served) -> subprocess.CompletedProcess[str]:
-    return provision("serve", "status", str(served.inventory), runs=served.runs, timeout=120)
+    return provision_cli("serve", "status", str(served.inventory), runs=served.runs, timeout=120)
 
 
 # --------------------------------------------------------------------------------------------- tests
@@ -172,7 +153,9 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert shown.stdout.splitlines()[-1] == "2/2 ready on 2 host(s)"
 
-    again = provision("apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs)
+    again = provision_cli(
+        "apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs, timeout=APPLY_TIMEOUT_S
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     summary = json.loads(again.stdout)
     assert {host: stats["changed"] for host, stats in summary["hosts"].items()} == {"node1": 0, "node2": 0}
@@ -184,7 +167,9 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
 
     # drift the early path must not hide: a unit disabled by hand is enabled again (no restart needed)
     served.cluster.exec("node2", ["systemctl", "disable", "vllm-smol.service"])
-    repair = provision("apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs)
+    repair = provision_cli(
+        "apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs, timeout=APPLY_TIMEOUT_S
+    )
     assert repair.returncode == 0, repair.stdout + repair.stderr
     repaired = json.loads(repair.stdout)
     changed = {host: stats["changed"] for host, stats in repaired["hosts"].items()}
@@ -242,7 +227,9 @@ def test_rolling_upgrade_to_a_broken_profile_rolls_back_while_node2_answers(serv
     try:
         with Traffic([node1, node2]) as traffic:
             started = time.monotonic()
-            done = provision("apply", str(served.inventory), "-p", "upgrade", runs=served.runs)
+            done = provision_cli(
+                "apply", str(served.inventory), "-p", "upgrade", runs=served.runs, timeout=APPLY_TIMEOUT_S
+            )
             took = time.monotonic() - started
     finally:
         served.group_vars().write_text(good)
@@ -288,7 +275,7 @@ def test_killed_engine_reads_failed_with_the_journal(served: Served) -> None:
     assert any("Main process exited, code=killed, status=9/KILL" in line for line in lines if "| " in line)
     assert lines[-1] == "1/2 ready on 2 host(s)"
 
-    as_json = provision("serve", "status", str(served.inventory), "--json", runs=served.runs, timeout=120)
+    as_json = provision_cli("serve", "status", str(served.inventory), "--json", runs=served.runs, timeout=120)
     report = json.loads(as_json.stdout)
     assert report["ready"] is False
     states = {(row["host"], row["pool"]): row["state"] for row in report["endpoints"]}

@@ -52,9 +52,17 @@ from provision_sim.serving.image import (
     mirror_serve_image,
 )
 from provision_sim.serving.setup import container_volumes, engine_binds, engine_profile_vars
-from tests.helpers import Run
+from tests.helpers import (
+    Run,
+    copy_inventory,
+    host_vars,
+    journals,
+    json_summary,
+    mirror_vars,
+    provision_cli,
+)
 from tests.helpers import provision as run_provision
-from tests.integration.test_serve import API_KEY, Traffic, complete, provision
+from tests.integration.test_serve import API_KEY, APPLY_TIMEOUT_S, Traffic, complete
 
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
 
@@ -125,12 +133,6 @@ def settings(image: ServeImage, url: str) -> dict[str, object]:
     return values
 
 
-def _summary(done: Any, what: str) -> dict[str, Any]:
-    assert done.returncode == 0, f"{what}: rc {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    summary: dict[str, Any] = json.loads(done.stdout)
-    return summary
-
-
 @pytest.fixture(scope="module")
 def served(
     sim_host: None, sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
@@ -144,22 +146,16 @@ def served(
     )
     image_url, image = mirror_serve_image(cluster.dir, image)
     folder = tmp_path_factory.mktemp("servec")
-    inventory = folder / "inventory.ini"
-    inventory.write_text(cluster.inventory_path.read_text())
-    (folder / "group_vars").mkdir()
-    (folder / "host_vars").mkdir()
-    mirror_vars = cluster.group_vars_path.read_text()
-    (folder / "group_vars" / "npu_nodes.yml").write_text(mirror_vars)
+    inventory = copy_inventory(cluster, folder, mirror_vars(cluster))
     state = Served(
         cluster, inventory, folder / "runs", image, image_url, broken, timings={"image build": build_s}
     )
     state.group_vars().write_text(yaml.safe_dump(settings(image, image_url)))
-    node2_vars = {"vllm_serve_container_devices": "device"}
-    (folder / "host_vars" / "node2.yml").write_text(yaml.safe_dump(node2_vars))
+    host_vars(inventory, "node2", {"vllm_serve_container_devices": "device"})
     for stage in STAGES:
         begun = time.monotonic()
-        done = provision("apply", str(inventory), "-p", stage, "--json", runs=state.runs, timeout=900)
-        _summary(done, stage)
+        done = provision_cli("apply", str(inventory), "-p", stage, "--json", runs=state.runs, timeout=900)
+        json_summary(done, stage)
         state.timings[stage] = time.monotonic() - begun
     # node1 lacks the image: a wrong sha256 must be refused before anything is loaded
     wrong = f"vllm_serve_image_checksum={WRONG_SHA256}"
@@ -167,24 +163,20 @@ def served(
     state.refused_gets = state.image_gets()
     state.refused_image = cluster.exec("node1", ["docker", "image", "inspect", image.tag]).returncode == 0
     state.refused_left = state.staged("node1")
-    planned = provision("plan", str(inventory), "-p", "serve", "--json", runs=state.runs)
-    state.plan = _summary(planned, "plan")
+    planned = provision_cli(
+        "plan", str(inventory), "-p", "serve", "--json", runs=state.runs, timeout=APPLY_TIMEOUT_S
+    )
+    state.plan = json_summary(planned, "plan")
     unit = cluster.exec("node1", ["test", "-e", f"/etc/systemd/system/{UNIT}"])
     state.unit_after_plan = unit.returncode == 0
     begun = time.monotonic()
-    done = provision("apply", str(inventory), "-p", "serve", "--json", runs=state.runs)
+    done = provision_cli(
+        "apply", str(inventory), "-p", "serve", "--json", runs=state.runs, timeout=APPLY_TIMEOUT_S
+    )
     state.timings["first apply"] = time.monotonic() - begun
-    state.first_apply = _summary(done, "apply -p serve" + _journal(cluster))
+    state.first_apply = json_summary(done, "apply -p serve" + journals(cluster, UNIT))
     state.first_apply_gets = state.image_gets()
     return state
-
-
-def _journal(cluster: Cluster, lines: int = 40) -> str:
-    out = []
-    for node in cluster.nodes:
-        done = cluster.exec(node.name, ["journalctl", "-u", UNIT, "-n", str(lines), "--no-pager"])
-        out.append(f"\n--- {node.name}: journal of {UNIT} ---\n{done.stdout}{done.stderr}")
-    return "".join(out)
 
 
 def inspect(served: Served, node: str) -> dict[str, Any]:
@@ -218,7 +210,7 @@ def task_seconds(run_dir: str, task: str) -> dict[str, float]:
 
 
 def status(served: Served) -> Any:
-    return provision("serve", "status", str(served.inventory), runs=served.runs, timeout=120)
+    return provision_cli("serve", "status", str(served.inventory), runs=served.runs, timeout=120)
 
 
 # --------------------------------------------------------------------------------------------- tests
@@ -283,8 +275,10 @@ def test_plan_then_apply_serves_in_containers_then_changes_nothing(served: Serve
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert shown.stdout.splitlines()[-1] == "2/2 ready on 2 host(s)"
 
-    again = provision("apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs)
-    summary = _summary(again, "second apply")
+    again = provision_cli(
+        "apply", str(served.inventory), "-p", "serve", "--json", runs=served.runs, timeout=APPLY_TIMEOUT_S
+    )
+    summary = json_summary(again, "second apply")
     assert {host: stats["changed"] for host, stats in summary["hosts"].items()} == {"node1": 0, "node2": 0}
     assert served.image_gets() == served.first_apply_gets, "the second apply downloaded nothing"
     # converged: files and units read, straight to the gate (configure.yml and service.yml not run)
@@ -334,7 +328,9 @@ def test_rolling_upgrade_to_a_broken_image_rolls_back_while_node2_answers(served
     try:
         with Traffic([node1, node2]) as traffic:
             started = time.monotonic()
-            done = provision("apply", str(served.inventory), "-p", "upgrade", runs=served.runs)
+            done = provision_cli(
+                "apply", str(served.inventory), "-p", "upgrade", runs=served.runs, timeout=APPLY_TIMEOUT_S
+            )
             took = time.monotonic() - started
     finally:
         served.group_vars().write_text(good)

@@ -31,7 +31,7 @@ from provision_sim.cluster import Cluster
 from provision_sim.mirror.weights import ModelArchive, mirror_model
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.setup import engine_binds, smollm2_profile
-from tests.helpers import Run, complete, provision
+from tests.helpers import Run, complete, copy_inventory, exists, provision
 
 ClusterFactory = Callable[..., Cluster]  # the sim_cluster_module_factory fixture (tests/conftest.py)
 
@@ -74,7 +74,7 @@ class Mirrored:
         return done.stdout
 
     def exists(self, path: str) -> bool:
-        return self.cluster.exec(NODE, ["test", "-e", path]).returncode == 0
+        return exists(self.cluster, NODE, path)
 
     def archive_requests(self) -> list[str]:
         """The mirror's log lines for the archive: ``HEAD`` / ``GET`` (python -m http.server's format)."""
@@ -97,10 +97,7 @@ def mirrored(
     cluster = sim_cluster_module_factory("weights", nodes=1, os_list="ubuntu-22.04", binds=engine_binds())
     url, archive = mirror_model(cluster.dir)
     folder = tmp_path_factory.mktemp("weights")
-    inventory = folder / "inventory.ini"
-    inventory.write_text(cluster.inventory_path.read_text())
-    (folder / "group_vars").mkdir()
-    return Mirrored(cluster, inventory, url, archive)
+    return Mirrored(cluster, copy_inventory(cluster, folder), url, archive)
 
 
 def test_plan_would_download_once_for_two_pools_sharing_the_weights(mirrored: Mirrored) -> None:

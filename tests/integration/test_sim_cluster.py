@@ -9,7 +9,6 @@ import ipaddress
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +21,8 @@ from provision_sim import cgroups, flavours, hardware, nodes
 from provision_sim.cluster import Cluster
 from provision_sim.network import Subnet
 from provision_sim.nodes import Node
+from tests.helpers import PROVISION
 
-PROVISION = [sys.executable, "-m", "provision"]
 SIM_NPUS = 8  # per node in the session cluster (conftest)
 # The fixtures of tests/conftest.py (sim_ansible, run_ansible, sim_cluster_factory).
 AnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]

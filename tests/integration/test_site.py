@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -55,8 +54,7 @@ from provision_sim import hardware
 from provision_sim.cluster import Cluster
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.setup import engine_binds, engine_profile_vars
-from tests.helpers import Run, host_vars, provision
-from tests.helpers import complete as shared_complete
+from tests.helpers import Run, cluster_vars, complete, copy_inventory, host_vars, provision, sh
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -185,12 +183,6 @@ def ansible_playbook(inventory: Path, *args: str) -> PlainRun:
 # -- looking at nodes ----------------------------------------------------------------------------------------
 
 
-def sh(cluster: Cluster, node: str, script: str) -> str:
-    done = cluster.exec(node, ["sh", "-c", script], timeout=120)
-    assert done.returncode == 0, f"{node}: {script}: {done.stdout}{done.stderr}"
-    return done.stdout
-
-
 def node_json(cluster: Cluster, node: str, path: str) -> Any:
     """A JSON file on a node (local facts, daemon.json ...)."""
     return json.loads(sh(cluster, node, f"cat {path}"))
@@ -218,29 +210,6 @@ def untouched_state(cluster: Cluster, skip: tuple[str, ...] = ()) -> dict[str, s
         f" ls -lR --time-style=full-iso {trees} 2>/dev/null; true"
     )
     return {node.name: sh(cluster, node.name, script) for node in cluster.nodes}
-
-
-def group_vars(cluster: Cluster, **settings: Any) -> dict[str, Any]:
-    """The cluster's mirror variables with ``settings`` added."""
-    values: dict[str, Any] = yaml.safe_load(cluster.group_vars_path.read_text())
-    return {**values, "ascend_npu_count": len(node_npus(cluster, cluster.nodes[0].name)), **settings}
-
-
-def node_npus(cluster: Cluster, node: str) -> list[Any]:
-    config = json.loads((cluster.node(node).root / hardware.HW_CONFIG.lstrip("/")).read_text())
-    return list(config["npus"])
-
-
-def write_inventory(cluster: Cluster, folder: Path, settings: dict[str, Any]) -> Path:
-    (folder / "group_vars").mkdir(parents=True, exist_ok=True)
-    (folder / "host_vars").mkdir(exist_ok=True)
-    shutil.copy(cluster.inventory_path, folder / "inventory.ini")
-    (folder / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(settings))
-    return folder / "inventory.ini"
-
-
-def complete(url: str, prompt: str = "The capital of France is", timeout: float = 60.0) -> str:
-    return shared_complete(url, api_key=API_KEY, prompt=prompt, timeout=timeout)
 
 
 # -- the mixed cluster, converged once for the module --------------------------------------------------------
@@ -303,8 +272,8 @@ def site(
     started = time.monotonic()
     cluster = sim_cluster_module_factory("site", nodes=3, os_list=SITE_OS, npus=NPUS, binds=engine_binds())
     up_s = time.monotonic() - started
-    inventory = write_inventory(
-        cluster, tmp_path_factory.mktemp("site"), group_vars(cluster, **serving_settings())
+    inventory = copy_inventory(
+        cluster, tmp_path_factory.mktemp("site"), cluster_vars(cluster, **serving_settings())
     )
     host_vars(inventory, "node1", {"npu_pools_list": NODE1_POOLS})
     state = Site(cluster, inventory, sh(cluster, "node1", "uname -m").strip())
@@ -557,7 +526,7 @@ def test_node_pool_files(site: Site) -> None:
 def test_serving_endpoint_answers_a_completion(site: Site) -> None:
     site.converged()
     node1 = site.cluster.node("node1")
-    assert complete(f"http://{node1.ip}:8000").strip(), "node1 answered an empty completion"
+    assert complete(f"http://{node1.ip}:8000", api_key=API_KEY).strip(), "node1 answered an empty completion"
     assert site.sh("node1", "systemctl is-active vllm-smol.service").strip() == "active"
     for name in ("node2", "node3"):  # their pools name no profile: no instance
         units = site.sh(name, "ls /etc/systemd/system | grep '^vllm-' || true").split()
@@ -631,7 +600,7 @@ def test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_conver
         os_list="ubuntu-22.04,openeuler-22.03,openeuler-24.03,ubuntu-22.04",
         npus=npus,
     )
-    inventory = write_inventory(cluster, tmp_path, group_vars(cluster))
+    inventory = copy_inventory(cluster, tmp_path, cluster_vars(cluster))
     arch = sh(cluster, "node1", "uname -m").strip()
     driver_file = f"Ascend-hdk-910b-npu-driver_{DRIVER}_linux-{arch}.run"
 

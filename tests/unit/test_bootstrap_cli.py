@@ -17,8 +17,9 @@ from provision.bootstrap.credentials import (
     scrub,
 )
 from provision.bootstrap.run import read_hosts_file
-from provision.cli import app, bootstrap, main
+from provision.cli import app, bootstrap
 from provision.errors import InputError
+from tests import helpers
 
 pytestmark = pytest.mark.unit
 
@@ -27,12 +28,9 @@ if not any(c.name == "bootstrap" for c in app.registered_commands):
 
 
 def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr("sys.argv", ["provision", "bootstrap", *args])
+    """`provision bootstrap ARGS`, quiet; its exit code."""
     monkeypatch.setenv("PROVISION_QUIET", "1")
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    code = exit_info.value.code
-    return int(code) if isinstance(code, int) else 0
+    return helpers.run_cli(["bootstrap", *args], monkeypatch)
 
 
 def free_port() -> int:

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import platform
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from provision.ascend.facts import MARK
 from provision.bootstrap.discover import DISCOVERY_SCRIPT, parse_discovery
+from tests.helpers import probe_section, sample
 
 pytestmark = pytest.mark.unit
-SAMPLES = Path(__file__).parents[1] / "fixtures" / "samples"
-
-
-def sample(name: str) -> str:
-    return "\n".join(line for line in (SAMPLES / name).read_text().splitlines() if not line.startswith("#"))
-
-
-def section(label: str, body: str) -> str:
-    return f"\n{MARK}{label}\n{body}\n"
 
 
 def test_probe_runs_here_and_is_parsed() -> None:
@@ -41,46 +31,48 @@ def test_probe_runs_here_and_is_parsed() -> None:
 # /proc/cpuinfo of a Kunpeng 920 core: implementer 0x48 (HiSilicon), part 0xd01; an old lscpu printed no
 # model name for it. The NPU part is the verbatim lspci output and version.info of an Atlas 800I A2.
 KUNPENG_PROBE = (
-    section("uname", "aarch64\n5.10.0-136.12.0.86.oe2203sp1.aarch64\natlas-01")
-    + section(
+    probe_section("uname", "aarch64\n5.10.0-136.12.0.86.oe2203sp1.aarch64\natlas-01")
+    + probe_section(
         "os-release",
         'NAME="openEuler"\nVERSION="22.03 (LTS-SP1)"\nID="openEuler"\nVERSION_ID="22.03"\n'
         'PRETTY_NAME="openEuler 22.03 (LTS-SP1)"',
     )
-    + section(
+    + probe_section(
         "lscpu",
         "Architecture:        aarch64\nCPU(s):              192\nSocket(s):           4\n"
         "Core(s) per socket:  48\nNUMA node(s):        8\nVendor ID:           HiSilicon\n"
         "Model:               0",
     )
-    + section(
+    + probe_section(
         "cpuinfo",
         "192\nCPU implementer\t: 0x48\nCPU part\t: 0xd01",
     )
-    + section(
+    + probe_section(
         "meminfo", "MemTotal:       1585418368 kB\nHugePages_Total:       0\nHugepagesize:       2048 kB"
     )
-    + section(
+    + probe_section(
         "lsblk",
         'NAME="sda" SIZE="960197124096" TYPE="disk" ROTA="0" MODEL="SAMSUNG MZ7L3960"\n'
         'NAME="sr0" SIZE="1073741312" TYPE="rom" ROTA="1" MODEL="Virtual CDROM"\n'
         'NAME="zram0" SIZE="8589934592" TYPE="disk" ROTA="0" MODEL=""',
     )
-    + section(
+    + probe_section(
         "nics",
         "enp189s0f0|44:a1:91:00:00:01|up|1500|25000|hns3\nenp189s0f1|44:a1:91:00:00:02|down|1500||hns3",
     )
-    + section(
+    + probe_section(
         "addresses",
         "2: enp189s0f0    inet 192.168.10.11/24 brd 192.168.10.255 scope global enp189s0f0\\"
         " valid_lft forever\n"
         "2: enp189s0f0    inet6 fe80::46a1:91ff:fe00:1/64 scope link \\ valid_lft forever",
     )
-    + section("python", "/usr/bin/python3\n3.9.9")
-    + section("pci", sample("lspci_d802.txt"))
-    + section("file /usr/local/Ascend/driver/version.info", "Version=25.0.rc1.1\npackage_version=25.0.rc1.1")
-    + section("file /usr/local/Ascend/firmware/version.info", "Version=7.7.0.1.231")
-    + section("df", "")
+    + probe_section("python", "/usr/bin/python3\n3.9.9")
+    + probe_section("pci", sample("lspci_d802.txt"))
+    + probe_section(
+        "file /usr/local/Ascend/driver/version.info", "Version=25.0.rc1.1\npackage_version=25.0.rc1.1"
+    )
+    + probe_section("file /usr/local/Ascend/firmware/version.info", "Version=7.7.0.1.231")
+    + probe_section("df", "")
 )
 
 

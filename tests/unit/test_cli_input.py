@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from provision.cli import _inputs, _playbook, main
+from provision.cli import _inputs, _playbook
 from provision.cli import bootstrap as bootstrap_cli
 from provision.cli import serve as serve_cli
 from provision.errors import InputError
 from provision.inventory.load import load_inventory
 from provision.runner.run import RunResult
 from provision.serving.health import State, Verdict
+from tests import helpers
 
 pytestmark = pytest.mark.unit
 
@@ -32,14 +33,11 @@ def run_cli(
     args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, str]:
     """Exit code and everything printed (stdout + stderr); no traceback, whatever the input."""
-    monkeypatch.setattr("sys.argv", ["provision", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    code = exit_info.value.code
+    code = helpers.run_cli(args, monkeypatch)
     captured = capsys.readouterr()
     output = captured.out + captured.err
     assert "Traceback" not in output
-    return (int(code) if isinstance(code, int) else 0), output
+    return code, output
 
 
 @pytest.fixture(autouse=True)
@@ -511,6 +509,59 @@ def test_serve_status_of_an_inventory_passes_a_matching_limit_on(
     code, _ = run_cli(["serve", "status", str(inventory), "-l", "rack_a:!atlas-a02"], monkeypatch, capsys)
     assert code == 1  # no instance at all: not ready
     assert [(s["limit"], s["log_lines"]) for s in seen] == [("rack_a:!atlas-a02", serve_cli.LOG_LINES)]
+
+
+def test_serve_status_of_an_inventory_probes_ad_hoc_and_keeps_no_run_directory(
+    inventory: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe reaches ansible-runner through the runner's one seam (its environment, a throw-away run
+    directory that takes the API key with it); a headless worker is listed but does not count."""
+    import ansible_runner
+
+    from provision.runner.run import ansible_env
+
+    calls: list[dict[str, Any]] = []
+    endpoints = [
+        {"pool": "a", "url": "http://10.0.0.1:8000", "state": "ready", "ready": True, "reason": "ok",
+         "role": "single"},
+        {"pool": "b", "url": "-", "state": "worker", "ready": None, "reason": "worker of atlas-a02/b",
+         "role": "worker"},
+    ]  # fmt: skip
+
+    def fake_run(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        assert Path(kwargs["private_data_dir"]).is_dir()
+        data = {"host": "atlas-a01", "res": {"endpoints": endpoints}}
+        kwargs["event_handler"]({"event": "runner_on_ok", "event_data": data})
+        return type("Runner", (), {"rc": 0, "status": "successful"})()
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    code, output = run_cli(["serve", "status", str(inventory), "--api-key", "s3cret"], monkeypatch, capsys)
+    assert code == 0, output
+    assert "1/1 ready on 1 host(s) (+ 1 multi-node worker(s), answered for by their head)" in output
+    [call] = calls
+    assert call["module"] == "provision.ascend.vllm_health"
+    assert call["host_pattern"] == "npu_nodes"
+    assert call["extravars"] == {"vllm_serve_api_key": "s3cret"}
+    assert call["envvars"] == ansible_env()
+    assert not Path(call["private_data_dir"]).exists()
+
+
+def test_serve_status_of_an_inventory_no_host_answered_shows_ansible_s_words(
+    inventory: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ansible_runner
+
+    def fake_run(**kwargs: Any) -> Any:
+        artifacts = Path(kwargs["private_data_dir"]) / "artifacts" / "x"
+        artifacts.mkdir(parents=True)
+        (artifacts / "stdout").write_text("ERROR! the module vllm_health was not found\n")
+        return type("Runner", (), {"rc": 2, "status": "failed"})()
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    code, output = run_cli(["serve", "status", str(inventory)], monkeypatch, capsys)
+    assert code == 2
+    assert f"error: could not probe {inventory}: ERROR! the module vllm_health was not found" in output
 
 
 # ------------------------------------------------------------------------------------------ paths, engine

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.helpers import load_module
 
 pytestmark = pytest.mark.unit
 
@@ -17,17 +17,7 @@ ROLE = Path(__file__).resolve().parents[2] / "roles" / "container_runtime"
 RUNTIME = "/usr/local/Ascend/Ascend-Docker-Runtime/ascend-docker-runtime"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "container_runtime_filters", ROLE.parents[1] / "plugins" / "filter" / "container_runtime.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-F = _load()
+F = load_module("container_runtime_filters", ROLE.parents[1] / "plugins" / "filter" / "container_runtime.py")
 
 
 def test_every_filter_is_registered() -> None:

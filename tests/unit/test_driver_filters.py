@@ -7,36 +7,22 @@ exit code 0 or 2 = success, the documented failures get their documented fix, bo
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from provision.ascend import lock
+from tests.helpers import SAMPLES, load_module
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).parents[2]
-SAMPLES = ROOT / "tests" / "fixtures" / "samples"
 LOCKED = lock.default_stack()
 OLD = {"driver": "25.0.rc1.1", "firmware": "7.7.0.1.231", "cann": "8.2.RC1"}
 
 
-def _load_filters() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "provision_filter_ascend", ROOT / "plugins/filter/ascend.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-F = _load_filters()
+F = load_module("provision_filter_ascend", ROOT / "plugins/filter/ascend.py")
 
 
 def state(**values: Any) -> dict[str, Any]:

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from provision.ascend.facts import MARK, PROBE_SCRIPT, facts_from_probe
+from provision.ascend.facts import PROBE_SCRIPT, facts_from_probe
+from tests.helpers import SAMPLES, probe_section, sample, without_comments
 
 pytestmark = pytest.mark.unit
-SAMPLES = Path(__file__).parents[1] / "fixtures" / "samples"
-
-
-def sample(name: str) -> str:
-    """A sample's tool output without its SOURCE/comment lines."""
-    return "\n".join(line for line in (SAMPLES / name).read_text().splitlines() if not line.startswith("#"))
-
-
-def section(label: str, body: str) -> str:
-    return f"\n{MARK}{label}\n{body}\n"
 
 
 def test_probe_runs_on_a_machine_without_npus() -> None:
@@ -36,11 +26,11 @@ def test_probe_runs_on_a_machine_without_npus() -> None:
 def test_facts_of_an_installed_910b_node() -> None:
     driver_info = (SAMPLES / "driver_version_info.txt").read_text().split("# Same source")[0]
     out = (
-        section("pci", sample("lspci_d802.txt"))
-        + section("npu-smi /usr/local/bin/npu-smi", sample("npu_smi_info_910b3_8npu.txt"))
-        + section("npu-smi-rc", "0")
-        + section("file /usr/local/Ascend/driver/version.info", sample_text(driver_info))
-        + section("df", "/usr/local /dev/sda2 1000 10 40960 1% /\n/var /dev/sda3 1000 10 2048 1% /var")
+        probe_section("pci", sample("lspci_d802.txt"))
+        + probe_section("npu-smi /usr/local/bin/npu-smi", sample("npu_smi_info_910b3_8npu.txt"))
+        + probe_section("npu-smi-rc", "0")
+        + probe_section("file /usr/local/Ascend/driver/version.info", without_comments(driver_info))
+        + probe_section("df", "/usr/local /dev/sda2 1000 10 40960 1% /\n/var /dev/sda3 1000 10 2048 1% /var")
     )
     facts = facts_from_probe(out)
     npus = facts["ascend_npus"]
@@ -55,15 +45,11 @@ def test_facts_of_an_installed_910b_node() -> None:
     assert facts["ascend_disk_free_mb"] == {"/usr/local": 40, "/var": 2}
 
 
-def sample_text(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
-
-
 def test_npu_smi_without_loaded_driver_is_an_error_not_a_crash() -> None:
     out = (
-        section("pci", sample("lspci_d802.txt"))
-        + section("npu-smi /usr/local/bin/npu-smi", "dcmi module initialize failed. ret is -8005")
-        + section("npu-smi-rc", "255")
+        probe_section("pci", sample("lspci_d802.txt"))
+        + probe_section("npu-smi /usr/local/bin/npu-smi", "dcmi module initialize failed. ret is -8005")
+        + probe_section("npu-smi-rc", "255")
     )
     npus = facts_from_probe(out)["ascend_npus"]
     assert npus["count"] == 8
@@ -76,9 +62,9 @@ def test_an_unhealthy_npu_is_reported() -> None:
         "| 2     910B3               | OK      ", "| 2     910B3               | Critical"
     )
     out = (
-        section("pci", sample("lspci_d802.txt"))
-        + section("npu-smi npu-smi", table)
-        + section("npu-smi-rc", "0")
+        probe_section("pci", sample("lspci_d802.txt"))
+        + probe_section("npu-smi npu-smi", table)
+        + probe_section("npu-smi-rc", "0")
     )
     npus = facts_from_probe(out)["ascend_npus"]
     assert npus["all_healthy"] is False

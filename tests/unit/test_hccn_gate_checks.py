@@ -4,9 +4,7 @@ head/worker arguments, and the probe script run against the simulated hccn_tool 
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,10 +22,18 @@ from provision.ascend.hccn_gate import (
     refusal_message,
     unit_of_cgroup,
 )
-from provision.serving.multinode import HCCL_IF_BASE_PORT, host_ranks, serving_groups
-from provision.serving.profiles import ProfileError
+from provision.inventory.groups import serving_groups
+from provision.inventory.profiles import ProfileError
+from provision.serving.multinode import (
+    HCCL_IF_BASE_PORT,
+    group_dict,
+    hccl_host_ports,
+    host_ranks,
+    required_ports,
+)
 from provision_sim.hardware.testroot import SimRoot
 from provision_sim.mirror import run_files as mirror
+from tests.helpers import icmp_allowed, load_module
 
 pytestmark = pytest.mark.unit
 
@@ -37,16 +43,8 @@ POOL = {"name": "ds", "devices": list(range(8)), "port": 8000, "profile": DS}
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
 
 
-def _load(path: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ROLE_FILTERS = _load(ROOT / "plugins/filter/hccn_gate.py", "hccn_gate_filters")
-SERVE_FILTERS = _load(ROOT / "plugins/filter/vllm_serve.py", "vllm_serve_filters_mn")
+ROLE_FILTERS = load_module("hccn_gate_filters", ROOT / "plugins/filter/hccn_gate.py")
+SERVE_FILTERS = load_module("vllm_serve_filters_mn", ROOT / "plugins/filter/vllm_serve.py")
 
 
 def host(
@@ -71,9 +69,9 @@ def test_two_nodes_make_one_group_head_first_in_inventory_order() -> None:
     )
     head, worker = group.members
     hccl = set(range(HCCL_IF_BASE_PORT, HCCL_IF_BASE_PORT + 32))
-    assert set(group.required_ports(head)) == hccl | {8000, 13389}
-    assert set(group.required_ports(worker)) == hccl, "a headless worker serves no API and no RPC port"
-    ranks = host_ranks([group.as_dict()], "node2", node_ip="192.0.2.12", ifname="eth0")
+    assert set(required_ports(group, head)) == hccl | {8000, 13389}
+    assert set(required_ports(group, worker)) == hccl, "a headless worker serves no API and no RPC port"
+    ranks = host_ranks([group_dict(group)], "node2", node_ip="192.0.2.12", ifname="eth0")
     assert ranks["ds"] | {"hosts": None} == {
         "index": 1,
         "role": "worker",
@@ -88,7 +86,7 @@ def test_two_nodes_make_one_group_head_first_in_inventory_order() -> None:
         "node_ip": "192.0.2.12",
         "ifname": "eth0",
     }
-    assert host_ranks([group.as_dict()], "node3") == {}
+    assert host_ranks([group_dict(group)], "node3") == {}
 
 
 def test_four_nodes_make_two_groups_and_three_are_refused() -> None:
@@ -111,7 +109,7 @@ def test_members_must_agree_on_the_profile() -> None:
 def test_hccl_ports_follow_the_profile_environment() -> None:
     env = {"HCCL_IF_BASE_PORT": "50000", "HCCL_HOST_SOCKET_PORT_RANGE": "61000-61002"}
     [group] = serving_groups([host("a", "a", POOL, env=env), host("b", "b", POOL, env=env)])
-    ports = group.hccl_ports(group.members[1])
+    ports = hccl_host_ports(group.members[1].env)
     assert ports == [*range(50000, 50032), 61000, 61001, 61002]
 
 
@@ -520,16 +518,6 @@ def test_vllm_serve_builds_the_head_and_the_headless_worker() -> None:
 # ------------------------------------------------------------------------------- against the simulator
 
 
-def _icmp_allowed() -> bool:
-    for kind in (socket.SOCK_RAW, socket.SOCK_DGRAM):
-        try:
-            socket.socket(socket.AF_INET, kind, socket.IPPROTO_ICMP).close()
-            return True
-        except OSError:
-            continue
-    return False
-
-
 @pytest.fixture(scope="module")
 def driver_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("mirror")
@@ -576,7 +564,7 @@ def test_probe_script_against_the_simulated_hccn_tool(tmp_path: Path, driver_run
     assert probe["npus"]["3"]["tls"] == 1
     by_device = {p["device"]: p for p in probe["pings"]}
     assert by_device[5]["success"] is False and by_device[5]["loss_pct"] == 100.0
-    if _icmp_allowed():
+    if icmp_allowed():
         assert by_device[0]["success"] is True, by_device[0]
     devices = {"node1": list(range(8)), "node2": list(range(8))}
     node1 = healthy(1)

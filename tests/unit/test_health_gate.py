@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from provision.cli.serve import register
@@ -32,6 +31,7 @@ from provision.serving.health import (
     check,
     wait_ready,
 )
+from tests.helpers import cli_app
 
 pytestmark = pytest.mark.unit
 
@@ -439,21 +439,10 @@ def test_a_port_forwarder_that_drops_connections_reads_as_loading() -> None:
 # --------------------------------------------------------------------------------------------- CLI
 
 
-def _cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    register(app)
-    return app
-
-
 def test_cli_status_ready_and_not(fake: FakeVllm) -> None:
     fake.listen()
     runner = CliRunner()
-    result = runner.invoke(_cli(), ["serve", "status", fake.url, "--model", "smollm2"])
+    result = runner.invoke(cli_app(register), ["serve", "status", fake.url, "--model", "smollm2"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["ENDPOINT", "STATE", "MODEL", "DETAIL"]
@@ -463,7 +452,7 @@ def test_cli_status_ready_and_not(fake: FakeVllm) -> None:
     with socket.socket() as spare:
         spare.bind(("127.0.0.1", 0))
         down = f"127.0.0.1:{spare.getsockname()[1]}"
-        result = runner.invoke(_cli(), ["serve", "status", fake.url, down, "--json"])
+        result = runner.invoke(cli_app(register), ["serve", "status", fake.url, down, "--json"])
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)
     assert report["ready"] is False
@@ -476,12 +465,14 @@ def test_cli_status_ready_and_not(fake: FakeVllm) -> None:
 def test_cli_status_api_key_from_env(fake: FakeVllm) -> None:
     fake.api_key = "k"
     fake.listen()
-    result = CliRunner().invoke(_cli(), ["serve", "status", fake.url], env={"PROVISION_API_KEY": "k"})
+    result = CliRunner().invoke(
+        cli_app(register), ["serve", "status", fake.url], env={"PROVISION_API_KEY": "k"}
+    )
     assert result.exit_code == 0, result.output
     assert "Bearer k" in fake.seen_auth
 
 
 def test_cli_rejects_a_non_http_url() -> None:
-    result = CliRunner().invoke(_cli(), ["serve", "status", "ftp://x"])
+    result = CliRunner().invoke(cli_app(register), ["serve", "status", "ftp://x"])
     assert isinstance(result.exception, InputError)  # `provision` turns it into exit code 2
     assert str(result.exception) == "ftp://x: not an http(s) URL"

@@ -7,7 +7,6 @@ states of FACTS.md §6: loading (port refused, process alive), ready, dead (503/
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -16,25 +15,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from provision_sim import image_bench as testbed
+from tests.helpers import load_module
 
 pytestmark = pytest.mark.unit
 SCRIPT = Path(__file__).parents[2] / "container" / "healthcheck.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("healthcheck", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hc = _load()
+hc = load_module("healthcheck", SCRIPT)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from provision.ascend import lock
@@ -15,21 +14,11 @@ from provision.cli.image import register
 from provision.errors import InputError
 from provision.image import spec
 from provision.image.context import make_context
+from tests.helpers import cli_app
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
-
-
-def _cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """provision"""
-
-    register(app)
-    return app
 
 
 @pytest.mark.parametrize(
@@ -192,14 +181,14 @@ def test_context_holds_the_dockerfile_and_scripts_only_and_is_reproducible() -> 
 
 def test_cli_args_formats() -> None:
     runner = CliRunner()
-    lines = runner.invoke(_cli(), ["image", "args"])
+    lines = runner.invoke(cli_app(register), ["image", "args"])
     assert lines.exit_code == 0, lines.output
     assert "VLLM_ASCEND_VERSION=0.23.0" in lines.output.splitlines()
-    as_json = json.loads(runner.invoke(_cli(), ["image", "args", "--format", "json"]).output)
+    as_json = json.loads(runner.invoke(cli_app(register), ["image", "args", "--format", "json"]).output)
     assert as_json["reference"] == "vllm-ascend:0.23.0-cann9.1.0-openeuler24.03-arm64"
     assert as_json["platform"] == "linux/arm64"
     bake = runner.invoke(
-        _cli(),
+        cli_app(register),
         ["image", "args", "--format", "bake", "--repository", "ghcr.io/o/vllm-ascend", "--revision", "abc"],
     )
     target = json.loads(bake.output)["target"]["vllm-ascend"]
@@ -207,5 +196,5 @@ def test_cli_args_formats() -> None:
     assert target["tags"] == ["ghcr.io/o/vllm-ascend:0.23.0-cann9.1.0-openeuler24.03-arm64"]
     assert target["args"]["REVISION"] == "abc"
     assert target["args"]["TORCH_NPU_VERSION"] == "2.10.0.post4"
-    bad = runner.invoke(_cli(), ["image", "args", "--format", "yaml"])
+    bad = runner.invoke(cli_app(register), ["image", "args", "--format", "yaml"])
     assert bad.exit_code != 0

@@ -17,9 +17,9 @@ import pytest
 from provision.cli import _playbook
 from provision.cli import serve as serve_cli
 from provision.cli.console import Console
+from provision.inventory.profiles import ProfileError
 from provision.runner.run import RunResult, ServedEndpoint, ansible_env
 from provision.serving.multinode import batch_size, group_outcomes, rolling_batches
-from provision.serving.profiles import ProfileError
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -20,16 +19,14 @@ from provision.ascend import (
     parse_npu_smi_topo,
 )
 from provision.errors import ProvisionError
+from tests import helpers
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "samples"
-
 
 def sample(name: str) -> str:
-    """A single-output sample file without its ``#`` comment lines."""
-    lines = (SAMPLES / name).read_text(encoding="utf-8").splitlines()
-    return "\n".join(line for line in lines if not line.startswith("#")) + "\n"
+    """A single-output sample file without its ``#`` comment lines, ending in a newline."""
+    return helpers.sample(name) + "\n"
 
 
 B3 = sample("npu_smi_info_910b3_8npu.txt")

@@ -47,10 +47,10 @@ from provision.ascend import (
     parse_npu_smi_topo,
     parse_npu_smi_usages,
 )
+from tests.helpers import SAMPLES
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "samples"
 REFERENCE = Path("/work/shared/reference/samples")
 HCCN_CMD = "/usr/local/Ascend/driver/tools/hccn_tool"
 

@@ -9,20 +9,28 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from provision import systemd
+from provision.inventory.profiles import (
+    ProfileError,
+    all_profiles,
+    check_fits,
+    required_npus,
+    shipped_profiles,
+)
 from provision.inventory.schema import NpuPool, ServingProfile
-from provision.serving import profiles, units
-from provision.serving.profiles import NodeRank, ProfileError
+from provision.serving import profiles
+from provision.serving.profiles import NodeRank
 from provision_sim.serving.setup import smollm2_profile
-from tests.helpers import validate
+from tests.helpers import load_module, validate
 
 pytestmark = pytest.mark.unit
 
-SHIPPED = sorted(profiles.shipped_profiles())
+SHIPPED = sorted(shipped_profiles())
 SMOL = {"smollm2-cpu": smollm2_profile()}  # the rig's profile, as its inventory brings it
 
 
 def pool_for(profile: ServingProfile, name: str = "p", port: int = 8000) -> NpuPool:
-    return NpuPool(name=name, devices=list(range(profiles.required_npus(profile))), port=port, profile=name)
+    return NpuPool(name=name, devices=list(range(required_npus(profile))), port=port, profile=name)
 
 
 # --------------------------------------------------------------------------------------------- shipped
@@ -36,12 +44,12 @@ def test_the_seed_cases_are_shipped() -> None:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profile_is_complete(name: str) -> None:
-    profile = profiles.shipped_profiles()[name]
+    profile = shipped_profiles()[name]
     assert profile.description, "every shipped profile says what it is for"
     assert profile.load_budget_s, "every shipped profile sets its load budget"
     assert profile.model.startswith("/"), "weights come from a local path"
     pool = pool_for(profile)
-    profiles.check_fits(profile, pool, name)
+    check_fits(profile, pool, name)
     rank = NodeRank(0, "192.0.2.11") if profile.nodes > 1 else None
     argv = profiles.vllm_args(profile, pool, rank=rank)
     assert argv[:2] == ["--model", profile.model]
@@ -51,7 +59,7 @@ def test_shipped_profile_is_complete(name: str) -> None:
 
 
 def test_chat_profile_argv() -> None:
-    profile = profiles.shipped_profiles()["chat-32b-tp8"]
+    profile = shipped_profiles()["chat-32b-tp8"]
     pool = NpuPool(name="chat", devices=list(range(8)), port=8000, profile="chat-32b-tp8")
     assert profiles.vllm_args(profile, pool) == [
         "--model",
@@ -75,7 +83,7 @@ def test_chat_profile_argv() -> None:
 
 
 def test_batching_profile_uses_real_scheduler_flags() -> None:
-    profile = profiles.shipped_profiles()["batching-32b-tp8"]
+    profile = shipped_profiles()["batching-32b-tp8"]
     argv = profiles.vllm_args(profile, pool_for(profile))
     assert argv[argv.index("--max-num-seqs") + 1] == "32"
     assert argv[argv.index("--max-num-batched-tokens") + 1] == "2048"
@@ -83,7 +91,7 @@ def test_batching_profile_uses_real_scheduler_flags() -> None:
 
 def test_deepseek_two_nodes_head_and_worker() -> None:
     """FACTS.md §5: DP 4 x TP 4, EP, W8A8; node 0 is the head, node 1 headless from DP rank 2."""
-    profile = profiles.shipped_profiles()["deepseek-r1-w8a8-2node"]
+    profile = shipped_profiles()["deepseek-r1-w8a8-2node"]
     pool = NpuPool(name="r1", devices=list(range(8)), port=8000, profile="deepseek-r1-w8a8-2node")
     head = profiles.vllm_args(profile, pool, rank=NodeRank(0, "192.0.2.11"))
     worker = profiles.vllm_args(profile, pool, rank=NodeRank(1, "192.0.2.11"))
@@ -165,10 +173,10 @@ def test_instances_for_the_served_pools_only() -> None:
 
 
 def test_user_profile_overrides_a_shipped_one() -> None:
-    found = profiles.all_profiles({"chat-32b-tp8": {"model": "/elsewhere/qwen", "served_model_name": "s"}})
+    found = all_profiles({"chat-32b-tp8": {"model": "/elsewhere/qwen", "served_model_name": "s"}})
     assert found["chat-32b-tp8"].model == "/elsewhere/qwen"
     with pytest.raises(ProfileError, match=r"vllm_serve_profiles\.bad"):
-        profiles.all_profiles({"bad": {"model": "/m", "tensor_parallel_size": 0}})
+        all_profiles({"bad": {"model": "/m", "tensor_parallel_size": 0}})
 
 
 def test_args_and_env_files() -> None:
@@ -330,18 +338,8 @@ def test_validate_accepts_the_shipped_profiles(
 ROOT = Path(__file__).parents[2]
 
 
-def _load(path: Path, name: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FILTERS = _load(ROOT / "plugins/filter/vllm_serve.py", "vllm_serve_filters")
-ACTION = _load(ROOT / "plugins/action/vllm_health.py", "vllm_health_action")
+FILTERS = load_module("vllm_serve_filters", ROOT / "plugins/filter/vllm_serve.py")
+ACTION = load_module("vllm_health_action", ROOT / "plugins/action/vllm_health.py")
 
 
 def test_filter_instances_carry_the_files_bodies() -> None:
@@ -401,7 +399,7 @@ def test_filter_reads_a_value_back_from_an_args_file() -> None:
     ],
 )
 def test_unit_state_is_described(show: str, described: str) -> None:
-    assert units.describe_unit(units.parse_show(show)) == described
+    assert systemd.describe_unit(systemd.parse_show(show)) == described
 
 
 def test_unit_watch_counts_a_restarted_engine_as_dead() -> None:
@@ -418,7 +416,7 @@ def test_unit_watch_counts_a_restarted_engine_as_dead() -> None:
         asked.append(command)
         return {"rc": 0, "stdout": next(answers)}
 
-    watch = units.UnitWatch(run, "vllm-a.service", every_s=0.0, track_pid=True)
+    watch = systemd.UnitWatch(run, "vllm-a.service", every_s=0.0, track_pid=True)
     assert [watch.alive(), watch.alive(), watch.alive()] == [True, True, False]
     assert asked[0].startswith("systemctl show -p ActiveState") and asked[0].endswith("vllm-a.service")
 
@@ -428,7 +426,7 @@ def test_unit_watch_counts_a_restarted_engine_as_dead() -> None:
         failed.append(command)
         return {"rc": 0, "stdout": "ActiveState=failed\nSubState=failed\nMainPID=0\n"}
 
-    throttled = units.UnitWatch(run_failed, "vllm-b.service", every_s=60.0, track_pid=False)
+    throttled = systemd.UnitWatch(run_failed, "vllm-b.service", every_s=60.0, track_pid=False)
     assert [throttled.alive(), throttled.alive()] == [False, False]
     assert len(failed) == 1, "systemd is asked at most every every_s seconds"
 

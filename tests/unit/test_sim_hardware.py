@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +19,10 @@ from provision_sim import hardware
 from provision_sim.hardware.node.ascendsim import npusmi
 from provision_sim.hardware.testroot import SimRoot
 from provision_sim.mirror import run_files as mirror
+from tests.helpers import SAMPLES, icmp_allowed, sample_segments
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[1] / "fixtures/samples"  # verbatim copies of shared/reference
 ARCH = os.uname().machine
 NPU_SMI = "/usr/local/bin/npu-smi"
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
@@ -31,26 +30,8 @@ AFFINITY_8 = ["144-167", "144-167", "96-119", "96-119", "0-23", "0-23", "48-71",
 
 
 def segments(name: str) -> list[str]:
-    """The verbatim parts of a sample file: runs of non-comment lines, blank edges trimmed."""
-    path = SAMPLES / name
-    if not path.is_file():
-        pytest.skip(f"sample {name} not available")
-    out: list[list[str]] = [[]]
-    for line in path.read_text(encoding="utf-8").split("\n"):
-        if line.startswith("#"):
-            if out[-1]:
-                out.append([])
-            continue
-        out[-1].append(line)
-    result = []
-    for seg in out:
-        while seg and not seg[0].strip():
-            seg.pop(0)
-        while seg and not seg[-1].strip():
-            seg.pop()
-        if seg:
-            result.append("\n".join(seg) + "\n")
-    return result
+    """The verbatim parts of a sample (copies of shared/reference); a missing one skips the test."""
+    return sample_segments(name, skip_missing=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -403,16 +384,6 @@ def test_real_lspci_reads_the_fake_tree(node: SimRoot) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _icmp_allowed() -> bool:
-    for kind in (socket.SOCK_RAW, socket.SOCK_DGRAM):
-        try:
-            socket.socket(socket.AF_INET, kind, socket.IPPROTO_ICMP).close()
-            return True
-        except OSError:
-            continue
-    return False
-
-
 def test_hccn_getters_parse(node: SimRoot) -> None:
     ip = hccn.parse_hccn_ip(node.tool(HCCN, "-i", "3", "-ip", "-g").stdout)
     assert (ip.ipaddr, ip.netmask) == ("10.201.3.11", "255.255.255.0")
@@ -492,7 +463,7 @@ def test_hccn_link_down_knob(node: SimRoot) -> None:
     assert hccn.parse_hccn_net_health(node.tool(HCCN, "-i", "3", "-net_health", "-g").stdout).code == 2
 
 
-@pytest.mark.skipif(not _icmp_allowed(), reason="no ICMP socket permitted here")
+@pytest.mark.skipif(not icmp_allowed(), reason="no ICMP socket permitted here")
 def test_hccn_ping_really_sends_icmp(node: SimRoot) -> None:
     res = node.tool(HCCN, "-i", "0", "-ping", "-g", "address", "127.0.0.1", "pkt", "2")
     assert res.returncode == 0
@@ -525,7 +496,7 @@ def test_hccn_ping_unreachable_in_an_empty_namespace(node: SimRoot) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
-@pytest.mark.skipif(not _icmp_allowed(), reason="no ICMP socket permitted here")
+@pytest.mark.skipif(not icmp_allowed(), reason="no ICMP socket permitted here")
 def test_hccn_ping_runs_in_the_npu_fabric_namespace(node: SimRoot) -> None:
     # 127.0.0.1 answers in this namespace ...
     assert hccn.parse_hccn_ping(

@@ -17,10 +17,9 @@ from provision_sim import hardware
 from provision_sim.hardware.node.ascendsim import installer
 from provision_sim.hardware.testroot import SimRoot
 from provision_sim.mirror import run_files as mirror
+from tests.helpers import sample_segments
 
 pytestmark = pytest.mark.unit
-
-SAMPLES = Path(__file__).resolve().parents[1] / "fixtures/samples"
 
 ARCH = os.uname().machine
 OTHER_ARCH = "aarch64" if ARCH == "x86_64" else "x86_64"
@@ -559,22 +558,6 @@ def test_crash_knob_for_cann_packages(sim: SimRoot, repo: Mirror) -> None:
 # ------------------------------------------------------------------------------------------------
 # formats against the verbatim samples
 # ------------------------------------------------------------------------------------------------
-
-
-def sample_segments(name: str) -> list[str]:
-    """Runs of non-comment lines of a sample file (blank edges trimmed)."""
-    groups: list[list[str]] = [[]]
-    for line in (SAMPLES / name).read_text(encoding="utf-8").split("\n"):
-        if line.startswith("#"):
-            groups.append([])
-        else:
-            groups[-1].append(line)
-    out = []
-    for group in groups:
-        text = "\n".join(group).strip("\n")
-        if text.strip():
-            out.append(text + "\n")
-    return out
 
 
 def test_version_files_match_samples() -> None:

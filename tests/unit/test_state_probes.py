@@ -6,32 +6,22 @@ the parsers and the drift rules are pinned on their outputs.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.helpers import load_module
+
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).parents[2]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-STATE = _load("provision_action_ascend_state", ROOT / "plugins/action/ascend_state.py")
-REPOS = _load("provision_filter_openeuler_repos", ROOT / "plugins/filter/openeuler_repos.py")
+STATE = load_module("provision_action_ascend_state", ROOT / "plugins/action/ascend_state.py")
+REPOS = load_module("provision_filter_openeuler_repos", ROOT / "plugins/filter/openeuler_repos.py")
 REPOS_VARS = yaml.safe_load((ROOT / "roles/openeuler_repos/vars/main.yml").read_text())
 
 

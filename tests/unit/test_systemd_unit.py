@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from ansible.plugins.action import ActionBase
 
+from tests.helpers import load_module
+
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).parents[2]
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-UNIT = _load("provision_action_systemd_unit", ROOT / "plugins/action/systemd_unit.py")
+UNIT = load_module("provision_action_systemd_unit", ROOT / "plugins/action/systemd_unit.py")
 SHOW = "ActiveState=failed\nSubState=failed\nMainPID=0\nNRestarts=0\nResult=start-limit-hit\n"
 SEE = 'See "systemctl status docker.service" and "journalctl -xeu docker.service" for details.'
 JOURNAL = "Starting docker...\n\x1b[0;1;31mdockerd: failed to start daemon: ip_forward\x1b[0m\nFailed.\n"

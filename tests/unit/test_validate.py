@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from provision.cli import _playbook, main
+from provision.cli import _playbook
+from tests.helpers import GOOD_INI, run_cli, write_tree
 
 pytestmark = pytest.mark.unit
-
-GOOD_INI = """\
-[npu_nodes]
-node1 ansible_host=192.0.2.11
-node2 ansible_host=192.0.2.12
-"""
 
 GOOD_POOLS = """\
 npu_pools_list:
@@ -26,22 +20,6 @@ npu_pools_list:
     devices: [4, 5, 6, 7]
     port: 8001
 """
-
-
-def write_tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root / ("inventory.yml" if "inventory.yml" in files else "inventory.ini")
-
-
-def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr("sys.argv", ["provision", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    code = exit_info.value.code
-    return int(code) if isinstance(code, int) else 0
 
 
 MULTINODE_POOL = """\
@@ -192,7 +170,7 @@ BROKEN: list[tuple[str, dict[str, str], list[str]]] = [
     ),
     (
         # Multi-node (issue 5): a 2-node profile's pool must be on a multiple of 2 hosts of npu_nodes,
-        # grouped as at run time (provision.serving.multinode).
+        # grouped as at run time (provision.inventory.groups).
         "multinode-pool-on-odd-hosts",
         {
             "inventory.ini": GOOD_INI + "node3 ansible_host=192.0.2.13\n",

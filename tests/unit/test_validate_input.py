@@ -18,7 +18,7 @@ from provision.inventory import argspecs
 from provision.inventory.load import load_inventory
 from provision.inventory.schema import HostSettings
 from provision.inventory.validate import host_issues
-from tests.unit.test_validate import GOOD_INI, run_cli, write_tree
+from tests.helpers import GOOD_INI, run_cli, write_tree
 
 pytestmark = pytest.mark.unit
 
