@@ -3,6 +3,8 @@ summary, or in this process), inventories, commands on simulated nodes, completi
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import json
 import os
@@ -10,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import urllib.request
@@ -22,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import typer
 import yaml
+
+from provision.paths import ansible_root
 
 if TYPE_CHECKING:
     from provision_sim.cluster import Cluster
@@ -119,6 +124,31 @@ def provision(verb: str, inventory: Path, *args: str, timeout: float = 900) -> R
             f"provision {verb} {' '.join(args)} printed no JSON (rc {done.returncode}):\n{done.stderr}"
         )
     return Run(done.returncode, summary, done.stderr, seconds)
+
+
+@functools.cache
+def installed_collection() -> Path:
+    """The collection provision.ascend installed from the checkout as a plain Ansible user installs it
+    (``ansible-galaxy collection install .``), once per session: the collections folder it went to."""
+    target = Path(tempfile.mkdtemp(prefix="provision-collection-"))
+    atexit.register(shutil.rmtree, target, True)
+    galaxy = Path(sys.executable).with_name("ansible-galaxy")
+    done = subprocess.run(
+        [str(galaxy), "collection", "install", "--offline", "-p", str(target), str(ansible_root())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return target
+
+
+def plain_ansible_env() -> dict[str, str]:
+    """The environment of a plain Ansible user: none of our ANSIBLE_* variables, the installed collection on
+    the collections path (run from the checkout, ansible-playbook reads its ansible.cfg)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    return {**env, "ANSIBLE_COLLECTIONS_PATH": str(installed_collection()), "ANSIBLE_NOCOLOR": "1"}
 
 
 def complete(

@@ -29,7 +29,6 @@ Where each "Done when" item of #4 is tested
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -54,7 +53,16 @@ from provision_sim import hardware
 from provision_sim.cluster import Cluster
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.setup import engine_binds, engine_profile_vars
-from tests.helpers import Run, cluster_vars, complete, copy_inventory, host_vars, provision, sh
+from tests.helpers import (
+    Run,
+    cluster_vars,
+    complete,
+    copy_inventory,
+    host_vars,
+    plain_ansible_env,
+    provision,
+    sh,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -162,18 +170,18 @@ def _find_all(text: str, needle: str) -> Iterator[int]:
 
 
 def ansible_playbook(inventory: Path, *args: str) -> PlainRun:
-    """``ansible-playbook -i INVENTORY playbooks/site.yml`` from the checkout (its ansible.cfg), no provision
-    CLI and no ANSIBLE_* variables of ours: what the README tells plain Ansible users to run."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    """``ansible-playbook -i INVENTORY provision.ascend.site`` from the checkout (its ansible.cfg), the
+    collection installed with ansible-galaxy, no provision CLI and no ANSIBLE_* variables of ours: what the
+    README tells plain Ansible users to run."""
     argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory)]
-    argv += ["playbooks/site.yml", *args]
+    argv += ["provision.ascend.site", *args]
     started = time.monotonic()
     done = subprocess.run(
         argv,
         cwd=ansible_root(),
         capture_output=True,
         text=True,
-        env={**env, "ANSIBLE_NOCOLOR": "1"},
+        env=plain_ansible_env(),
         timeout=900,
         check=False,
     )
