@@ -635,9 +635,9 @@ def test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_conver
     assert recap["node1"]["changed"] > 0
     for name in faulty:
         assert recap[name]["failed"] == 1, (name, recap[name])
-    fetch = [
-        "ascend_driver : Create the staging folder",
-        "ascend_driver : Download the .run files and verify their sha256",
+    fetch = [  # ansible-playbook names a collection's role by its FQCN
+        "provision.ascend.ascend_driver : Create the staging folder",
+        "provision.ascend.ascend_driver : Download the .run files and verify their sha256",
     ]
     assert set(run.changed_tasks("node2")) <= set(fetch), run.changed_tasks("node2")
     assert run.changed_tasks("node3") == run.changed_tasks("node4") == []
