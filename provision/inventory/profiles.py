@@ -68,15 +68,23 @@ def required_npus(profile: ServingProfile) -> int:
     return total // profile.nodes
 
 
-def check_fits(profile: ServingProfile, pool: NpuPool, name: str = "") -> None:
-    """Raise :class:`ProfileError` unless TP x DP x PP equals the pool's NPUs x nodes."""
-    needed = profile.tensor_parallel_size * profile.data_parallel_size * profile.pipeline_parallel_size
+def fit_problem(profile: ServingProfile, pool: NpuPool) -> str | None:
+    """Why ``profile`` does not fit ``pool`` (TP x DP x PP must equal the pool's NPUs x nodes), or None."""
+    tp, dp, pp = profile.tensor_parallel_size, profile.data_parallel_size, profile.pipeline_parallel_size
     have = len(pool.devices) * profile.nodes
-    if needed != have:
-        raise ProfileError(
-            f"pool {pool.name}: profile {name or '?'} needs TP x DP x PP = {needed} NPUs, "
-            f"the pool gives {len(pool.devices)} x {profile.nodes} node(s) = {have}"
-        )
+    if tp * dp * pp == have:
+        return None
+    return (
+        f"needs TP x DP x PP = {tp} x {dp} x {pp} = {tp * dp * pp} NPUs, "
+        f"the pool gives {len(pool.devices)} x {profile.nodes} node(s) = {have}"
+    )
+
+
+def check_fits(profile: ServingProfile, pool: NpuPool, name: str = "") -> None:
+    """Raise :class:`ProfileError` unless ``profile`` fits ``pool`` (:func:`fit_problem`)."""
+    problem = fit_problem(profile, pool)
+    if problem is not None:
+        raise ProfileError(f"pool {pool.name}: profile {name or '?'} {problem}")
 
 
 def profile_env(profile: ServingProfile, extra: Mapping[str, Any] | None = None) -> dict[str, str]:

@@ -22,7 +22,7 @@ from provision.errors import InputError
 from provision.inventory import argspecs, files
 from provision.inventory.groups import HostView, grouping_problems, inventory_view
 from provision.inventory.load import Inventory, Origin, load_inventory, origin_of, plain
-from provision.inventory.profiles import shipped_profiles
+from provision.inventory.profiles import fit_problem, shipped_profiles
 from provision.inventory.schema import (
     ENV_NAME,
     GROUP_NAME,
@@ -483,17 +483,9 @@ def _check_profiles(settings: HostSettings, add: AddFn) -> None:
             allowed = ", ".join(sorted(profiles)) or "none defined"
             add(path, pool.profile, f"unknown serving profile; defined: {allowed}")
             continue
-        profile = profiles[pool.profile]
-        needed = profile.tensor_parallel_size * profile.data_parallel_size * profile.pipeline_parallel_size
-        have = len(pool.devices) * profile.nodes
-        if needed != have:
-            add(
-                path,
-                pool.profile,
-                f"profile needs TP x DP x PP = {profile.tensor_parallel_size} x "
-                f"{profile.data_parallel_size} x {profile.pipeline_parallel_size} = {needed} NPUs, "
-                f"the pool gives {len(pool.devices)} x {profile.nodes} node(s) = {have}",
-            )
+        problem = fit_problem(profiles[pool.profile], pool)
+        if problem is not None:
+            add(path, pool.profile, f"profile {problem}")
 
 
 def _check_serving_groups(inventory: Inventory, report: _Report, scopes: Scopes) -> None:
