@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ import typer
 from provision import paths
 from provision.errors import InputError
 from provision.inventory.load import Inventory, plain
+from provision.inventory.vault import Vault
+from provision.runner.options import AnsibleOptions
 
 # Groups every inventory has: naming them says nothing about this one.
 _IMPLICIT_GROUPS = {"all", "ungrouped"}
@@ -236,3 +239,91 @@ def engine(value: str | None) -> str | None:
     except (ValueError, docker.errors.DockerException) as exc:
         raise InputError(f"{source} {address}: not an engine address: {exc}") from None
     return value
+
+
+# ------------------------------------------------------------------------------------------ inventory
+
+
+def inventories(positional: Path | None, given: Sequence[Path]) -> list[Path]:
+    """The inventory sources of a command: INVENTORY, then every ``-i``, as ansible-playbook reads several."""
+    sources = ([positional] if positional is not None else []) + list(given)
+    if not sources:
+        raise InputError(
+            "no inventory given: name one (INVENTORY, or -i INVENTORY as ansible-playbook takes it)"
+        )
+    return list(dict.fromkeys(sources))
+
+
+# ------------------------------------------------------------------------------------------ ansible options
+
+
+def ansible_options(
+    *,
+    user: str | None = None,
+    private_key: Path | None = None,
+    ssh_common_args: str | None = None,
+    become: bool = False,
+    ask_pass: bool = False,
+    ask_become_pass: bool = False,
+    connection_password_file: Path | None = None,
+    become_password_file: Path | None = None,
+    vault_ids: Sequence[str] = (),
+    vault_password_files: Sequence[Path] = (),
+    ask_vault_pass: bool = False,
+) -> AnsibleOptions:
+    """ansible-playbook's connection, become and vault options, checked: a file that is not there, or a
+    prompt with no terminal to ask on, is an InputError (exit 2) before any host is touched. The passwords
+    of ``-k``/``-K`` are asked for by :func:`ask_passwords`, once the inventory is known to be good."""
+    for option, path in (
+        ("--private-key", private_key),
+        ("--connection-password-file", connection_password_file),
+        ("--become-password-file", become_password_file),
+        *(("--vault-password-file", p) for p in vault_password_files),
+    ):
+        if path is not None and not Path(path).expanduser().is_file():
+            raise InputError(f"{option} {path}: no such file")
+    for option, asked, instead in (
+        ("-k/--ask-pass", ask_pass, "--connection-password-file FILE"),
+        ("-K/--ask-become-pass", ask_become_pass, "--become-password-file FILE"),
+    ):
+        if asked and not _terminal():
+            raise InputError(
+                f"{option}: cannot ask for the password, stdin is not a terminal; give {instead}"
+            )
+    options = AnsibleOptions(
+        user=user or None,
+        private_key=private_key,
+        ssh_common_args=ssh_common_args or None,
+        become=become,
+        vault=Vault(tuple(vault_ids), tuple(str(p) for p in vault_password_files), ask_vault_pass),
+        connection_password_file=connection_password_file,
+        become_password_file=become_password_file,
+        ask_pass=ask_pass,
+        ask_become_pass=ask_become_pass,
+    )
+    if options.vault.prompts() and not _terminal():
+        options.vault.secrets()  # the error that says why it cannot ask, before anything else
+    return options
+
+
+def ask_passwords(options: AnsibleOptions) -> AnsibleOptions:
+    """The passwords ``-k`` and ``-K`` ask for, with ansible-playbook's prompts (an empty become password
+    after ``-k`` is the SSH password, as there)."""
+    from ansible.cli import CLI
+
+    try:
+        if options.ask_pass and options.connection_password is None:
+            options.connection_password = CLI._get_secret("SSH password: ")
+        if options.ask_become_pass and options.become_password is None:
+            prompt = (
+                "BECOME password[defaults to SSH password]: " if options.ask_pass else "BECOME password: "
+            )
+            typed = CLI._get_secret(prompt)
+            options.become_password = options.connection_password if options.ask_pass and not typed else typed
+    except EOFError:
+        raise InputError("no password was typed") from None
+    return options
+
+
+def _terminal() -> bool:
+    return sys.stdin.isatty()

@@ -13,11 +13,40 @@ from provision.cli import _inputs
 from provision.cli.console import Console
 from provision.inventory.validate import check
 from provision.runner.converge import converge, fast_path_refusal
+from provision.runner.options import AnsibleOptions
 from provision.runner.progress import LineProgress, LiveProgress, recap_table
 from provision.runner.run import RunResult, run_playbook
 from provision.serving.health import serves_api
 
-InventoryArg = typer.Argument(..., help="Ansible inventory (INI or YAML) with group_vars/host_vars.")
+InventoryArg = typer.Argument(
+    None,
+    help="Ansible inventory (INI or YAML file, folder, executable script, plugin config) with "
+    "group_vars/host_vars; or give it with -i.",
+    show_default=False,
+)
+InventoriesOpt = typer.Option(
+    [], "--inventory", "-i", help="Inventory source, as ansible-playbook -i (repeatable; beside INVENTORY)."
+)
+# ansible-playbook's connection, become and vault options, with its meanings.
+UserOpt = typer.Option(None, "--user", "-u", help="Connect as this user (the inventory's ansible_user wins).")
+PrivateKeyOpt = typer.Option(None, "--private-key", "--key-file", help="SSH private key file.")
+SshCommonArgsOpt = typer.Option(None, "--ssh-common-args", help="Extra arguments for ssh, sftp and scp.")
+AskPassOpt = typer.Option(False, "--ask-pass", "-k", help="Ask for the SSH password.")
+ConnectionPasswordFileOpt = typer.Option(
+    None, "--connection-password-file", "--conn-pass-file", help="File holding the SSH password."
+)
+BecomeOpt = typer.Option(False, "--become", "-b", help="Run tasks with become (sudo).")
+AskBecomePassOpt = typer.Option(False, "--ask-become-pass", "-K", help="Ask for the become password.")
+BecomePasswordFileOpt = typer.Option(
+    None, "--become-password-file", "--become-pass-file", help="File holding the become password."
+)
+VaultIdOpt = typer.Option(
+    [], "--vault-id", help="Vault identity [LABEL@]FILE, LABEL@SCRIPT or LABEL@prompt (repeatable)."
+)
+VaultPasswordFileOpt = typer.Option(
+    [], "--vault-password-file", "--vault-pass-file", help="Vault password file (repeatable)."
+)
+AskVaultPassOpt = typer.Option(False, "--ask-vault-pass", "-J", help="Ask for the vault password.")
 LimitOpt = typer.Option(None, "--limit", "-l", help="Only these hosts/groups (Ansible pattern).")
 TagsOpt = typer.Option(None, "--tags", "-t", help="Only tasks with these tags (comma list).")
 SkipTagsOpt = typer.Option(None, "--skip-tags", help="Skip tasks with these tags.")
@@ -33,7 +62,7 @@ VerboseOpt = typer.Option(0, "--verbose", "-v", count=True, help="Ansible verbos
 
 def run_and_report(
     playbook: str,
-    inventory: Path,
+    inventory: list[Path],
     *,
     verb: str,
     limit: str | None,
@@ -46,6 +75,7 @@ def run_and_report(
     as_json: bool,
     verbosity: int = 0,
     full: bool = False,
+    options: AnsibleOptions | None = None,
 ) -> RunResult:
     """Validate the inventory and the options (exit 2 on bad input, no host touched), run, show progress and
     recap; exit on failure.
@@ -55,9 +85,12 @@ def run_and_report(
     again (unless ``full``), and the nodes it converges are recorded.
     """
     _inputs.playbook(playbook)
+    options = options or AnsibleOptions()
     given_vars, extra_vars = extra_vars, _inputs.extra_vars(extra_vars)
-    loaded = check(inventory)
+    loaded = check(inventory, options.vault)
     limit = _inputs.limit(limit, loaded)
+    _inputs.ask_passwords(options)
+    shown = ", ".join(map(str, inventory))
     refusal = fast_path_refusal(
         playbook, tags=tags, skip_tags=skip_tags, extra_vars=given_vars, check=check_mode
     )
@@ -67,7 +100,7 @@ def run_and_report(
     out = Console.for_stream(sys.stderr if as_json else sys.stdout)
     if not as_json:
         out.status(
-            f"{verb}: {playbook} on {inventory}{' (check mode: nothing is changed)' if check_mode else ''}"
+            f"{verb}: {playbook} on {shown}{' (check mode: nothing is changed)' if check_mode else ''}"
         )
     display: LiveProgress | LineProgress = (
         LiveProgress(out.rich) if out.interactive else LineProgress(out.stream)
@@ -77,7 +110,7 @@ def run_and_report(
             with tempfile.TemporaryDirectory(prefix="provision-apply-") as scratch:
                 result = converge(
                     loaded, inventory, scratch=Path(scratch), limit=limit, forks=forks, verbosity=verbosity,
-                    observer=display, full=full, diff=diff,
+                    observer=display, full=full, diff=diff, options=options,
                 )  # fmt: skip
         else:
             result = run_playbook(
@@ -93,11 +126,12 @@ def run_and_report(
                 forks=forks,
                 verbosity=verbosity,
                 observer=display,
+                options=options,
             )
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
-        report(result, out, inventory)
+        report(result, out, inventory[0])
     return result
 
 

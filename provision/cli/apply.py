@@ -6,11 +6,12 @@ from pathlib import Path
 
 import typer
 
+from provision.cli import _inputs
 from provision.cli import _playbook as common
 
 
 def apply(
-    inventory: Path = common.InventoryArg,
+    inventory: Path | None = common.InventoryArg,
     playbook: str = typer.Option("site", "--playbook", "-p", help="Playbook under playbooks/ (site, ...)."),
     limit: str | None = common.LimitOpt,
     tags: str | None = common.TagsOpt,
@@ -24,6 +25,18 @@ def apply(
     forks: int | None = common.ForksOpt,
     as_json: bool = common.JsonOpt,
     verbose: int = common.VerboseOpt,
+    inventories: list[Path] = common.InventoriesOpt,
+    user: str | None = common.UserOpt,
+    private_key: Path | None = common.PrivateKeyOpt,
+    ssh_common_args: str | None = common.SshCommonArgsOpt,
+    ask_pass: bool = common.AskPassOpt,
+    connection_password_file: Path | None = common.ConnectionPasswordFileOpt,
+    become: bool = common.BecomeOpt,
+    ask_become_pass: bool = common.AskBecomePassOpt,
+    become_password_file: Path | None = common.BecomePasswordFileOpt,
+    vault_id: list[str] = common.VaultIdOpt,
+    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
+    ask_vault_pass: bool = common.AskVaultPassOpt,
 ) -> None:
     """Converge every node: validate the inventory, run the playbook with live progress, print a recap.
 
@@ -35,7 +48,7 @@ def apply(
     """
     result = common.run_and_report(
         playbook,
-        inventory,
+        _inputs.inventories(inventory, inventories),
         verb="apply",
         limit=limit,
         tags=tags,
@@ -46,6 +59,19 @@ def apply(
         forks=forks,
         as_json=as_json,
         verbosity=verbose,
+        options=_inputs.ansible_options(
+            user=user,
+            private_key=private_key,
+            ssh_common_args=ssh_common_args,
+            become=become,
+            ask_pass=ask_pass,
+            ask_become_pass=ask_become_pass,
+            connection_password_file=connection_password_file,
+            become_password_file=become_password_file,
+            vault_ids=vault_id,
+            vault_password_files=vault_password_file,
+            ask_vault_pass=ask_vault_pass,
+        ),
         full=full,
     )
     common.finish(result)

@@ -7,7 +7,7 @@ completion) and prints one line per endpoint; exit 1 unless all are ready.
 the inventory, through the ``vllm_health`` action plugin (ad-hoc, via ansible-runner): the endpoint is the
 node's address and the pool's port, liveness is the unit ``vllm-<pool>.service`` (so a refused port reads
 loading or failed, never just unreachable), and a failed instance shows the last lines of its journal.
-A multi-node group (issue 5) is probed through its head (ready = every rank joined); its headless workers
+A multi-node group is probed through its head (ready = every rank joined); its headless workers
 serve no API and show as ``worker`` of their head, with their unit's state, and do not count: the verdict
 and the exit code are those of the heads and single-node instances.
 """
@@ -25,11 +25,13 @@ import typer
 
 from provision import paths
 from provision.cli import _inputs
+from provision.cli import _playbook as common
 from provision.cli.console import Console
 from provision.errors import InputError
 from provision.inventory.schema import HOST_GROUP
 from provision.inventory.validate import check as check_inventory
-from provision.runner.run import Event, run_module
+from provision.runner.options import AnsibleOptions
+from provision.runner.run import Event, Sources, run_module
 from provision.serving.health import Endpoint, State, Timeouts, Verdict, check, serves_api
 
 LOG_LINES = 20
@@ -72,9 +74,10 @@ def _endpoint(url: str, model: str | None, api_key: str | None) -> Endpoint:
 
 @serve_app.command("status")
 def status(
-    urls: list[str] = typer.Argument(
-        ...,
+    urls: list[str] | None = typer.Argument(
+        None,
         metavar="URL... | INVENTORY",
+        show_default=False,
         help="Base URLs of OpenAI-compatible vLLM servers, e.g. http://10.0.0.5:8000 (host:port works too), "
         "or one Ansible inventory: every pool with a serving profile on every node.",
     ),
@@ -106,24 +109,54 @@ def status(
         help=f"INVENTORY only: journal lines of a failed instance [default: {LOG_LINES}].",
         show_default=False,
     ),
+    more_inventories: list[Path] = common.InventoriesOpt,
+    user: str | None = common.UserOpt,
+    private_key: Path | None = common.PrivateKeyOpt,
+    ssh_common_args: str | None = common.SshCommonArgsOpt,
+    ask_pass: bool = common.AskPassOpt,
+    connection_password_file: Path | None = common.ConnectionPasswordFileOpt,
+    become: bool = common.BecomeOpt,
+    ask_become_pass: bool = common.AskBecomePassOpt,
+    become_password_file: Path | None = common.BecomePasswordFileOpt,
+    vault_id: list[str] = common.VaultIdOpt,
+    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
+    ask_vault_pass: bool = common.AskVaultPassOpt,
 ) -> None:
     """Check endpoints once with the health gate: ready, loading, failed or unreachable; exit 1 unless all
-    are ready."""
-    inventories = [url for url in urls if "://" not in url and Path(url).exists()]
-    if inventories and len(urls) > 1:
-        raise InputError(f"{inventories[0]}: an inventory is given alone, without URLs")
-    if inventories:
+    are ready. An inventory is read (and probed) with ansible-playbook's connection, become and vault
+    options."""
+    urls = urls or []
+    inventories = [Path(url) for url in urls if "://" not in url and Path(url).exists()]
+    if (inventories or more_inventories) and len(urls) > len(inventories):
+        raise InputError(f"{(inventories or more_inventories)[0]}: an inventory is given alone, without URLs")
+    if inventories or more_inventories:
         if model is not None:
             raise InputError("--model applies to URLs; with an inventory each pool's profile names its model")
+        options = _inputs.ansible_options(
+            user=user,
+            private_key=private_key,
+            ssh_common_args=ssh_common_args,
+            become=become,
+            ask_pass=ask_pass,
+            ask_become_pass=ask_become_pass,
+            connection_password_file=connection_password_file,
+            become_password_file=become_password_file,
+            vault_ids=vault_id,
+            vault_password_files=vault_password_file,
+            ask_vault_pass=ask_vault_pass,
+        )
         _inventory_status(
-            Path(urls[0]),
+            _inputs.inventories(None, [*inventories, *more_inventories]),
             api_key=api_key,
             completion_timeout=completion_timeout,
             as_json=as_json,
             limit=limit,
             log_lines=LOG_LINES if log_lines is None else log_lines,
+            options=options,
         )
         return
+    if not urls:
+        raise InputError("give the URLs of the endpoints, or an inventory (INVENTORY or -i INVENTORY)")
     for option, value in (("--limit", limit), ("--log-lines", log_lines)):
         if value is not None:
             raise InputError(f"{option} applies to an inventory, not to URLs")
@@ -158,18 +191,25 @@ def _table(verdicts: list[Verdict]) -> None:
 
 
 def _inventory_status(
-    inventory: Path,
+    inventory: list[Path],
     *,
     api_key: str | None,
     completion_timeout: float,
     as_json: bool,
     limit: str | None,
     log_lines: int,
+    options: AnsibleOptions,
 ) -> None:
-    loaded = check_inventory(inventory)  # bad input: exit 2, no host contacted
+    loaded = check_inventory(inventory, options.vault)  # bad input: exit 2, no host contacted
     limit = _inputs.limit(limit, loaded)
+    _inputs.ask_passwords(options)
     rows = probe_inventory(
-        inventory, api_key=api_key, completion_timeout=completion_timeout, limit=limit, log_lines=log_lines
+        inventory,
+        api_key=api_key,
+        completion_timeout=completion_timeout,
+        limit=limit,
+        log_lines=log_lines,
+        options=options,
     )
     all_ready = ready(rows)
     if as_json:
@@ -188,12 +228,13 @@ def ready(rows: list[dict[str, Any]]) -> bool:
 
 
 def probe_inventory(
-    inventory: Path,
+    inventory: Sources,
     *,
     api_key: str | None = None,
     completion_timeout: float = 30.0,
     limit: str | None = None,
     log_lines: int = 20,
+    options: AnsibleOptions | None = None,
 ) -> list[dict[str, Any]]:
     """One row per instance (and one per unreachable host): host plus the plugin's endpoint fields."""
     rows: list[dict[str, Any]] = []
@@ -228,9 +269,11 @@ def probe_inventory(
         extra_vars={"vllm_serve_api_key": api_key} if api_key else {},
         verb="serve-status",
         observer=handle,
+        options=options,
     )
     if not rows and run.rc != 0:
-        raise InputError(f"could not probe {inventory}: {run.stdout.strip()[-2000:] or run.status}")
+        shown = inventory if isinstance(inventory, Path) else ", ".join(map(str, inventory))
+        raise InputError(f"could not probe {shown}: {run.stdout.strip()[-2000:] or run.status}")
     return sorted(rows, key=lambda row: (row["host"], str(row.get("pool", ""))))
 
 

@@ -71,7 +71,8 @@ def check_inventory_text(source: Path) -> None:
     """The inventory's own files, before Ansible parses them; raise InvalidFiles listing all problems."""
     problems: list[FileProblem] = []
     for path in _inventory_files(Path(os.path.realpath(source)), problems):
-        problems += _text_problems(path, vars_file=False)
+        if not os.access(path, os.X_OK):  # an executable is an inventory script: Ansible runs it
+            problems += _text_problems(path, vars_file=False)
     if problems:
         raise InvalidFiles(source, problems)
 
@@ -132,15 +133,18 @@ def check_vars_names(source: Path, groups: Collection[str], hosts: Collection[st
         raise InvalidFiles(source, problems)
 
 
-def broken_vars_file(source: Path, groups: Collection[str], hosts: Collection[str]) -> str | None:
-    """Which group_vars/host_vars file Ansible failed on, and why (Ansible names it only sometimes)."""
+def broken_vars_file(
+    source: Path, groups: Collection[str], hosts: Collection[str], loader: Any = None
+) -> str | None:
+    """Which group_vars/host_vars file Ansible failed on, and why (Ansible names it only sometimes);
+    ``loader`` is the DataLoader that failed (it holds the vault secrets)."""
     from ansible.errors import AnsibleError
     from ansible.parsing.dataloader import DataLoader
 
     for _kind, folder, entities in _vars_folders(source, groups, hosts):
         for path in _vars_files(folder, entities, []):
             try:
-                data = DataLoader().load_from_file(str(path))
+                data = (loader or DataLoader()).load_from_file(str(path))
             except AnsibleError as exc:
                 origin = getattr(exc, "obj", None)
                 line = getattr(origin, "line_num", 0) or 0

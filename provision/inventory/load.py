@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError
 from provision.inventory import files
+from provision.inventory.vault import HINT, Vault, decrypted
 
 # Same settings as the shipped ansible.cfg, so a broken source is an error, not a warning.
 os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
-os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", "host_list,ini,yaml,auto")
+os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", "host_list,script,ini,yaml,auto,constructed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +36,18 @@ class Origin:
 
 @dataclass(slots=True)
 class Inventory:
-    """The hosts and groups of one inventory source with each host's variables (unmerged with roles);
-    each group's hosts in Ansible's order (its ``groups`` variable)."""
+    """The hosts and groups of an inventory (one source, or several, as repeated ``-i`` give them) with
+    each host's variables (unmerged with roles); each group's hosts in Ansible's order (its ``groups``
+    variable)."""
 
     source: Path
+    """The first source (messages name it)."""
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=dict)
     manager: Any = field(default=None, repr=False, compare=False)
     """Ansible's InventoryManager it was read with (host patterns are matched by it)."""
+    sources: list[Path] = field(default_factory=list)
+    """Every source, in the order given (``source`` first)."""
 
     def group_hosts(self, group: str) -> list[str]:
         return self.groups.get(group, [])
@@ -134,45 +139,109 @@ def _captured_parse_failures() -> Iterator[list[str]]:
         display.error_as_warning = original
 
 
-def load_inventory(path: str | os.PathLike[str]) -> Inventory:
-    """Read an inventory file (or directory) with Ansible's loader; raise InputError naming the file."""
-    source = Path(path)
-    files.check_source(source)
-    if not source.exists():
-        raise InputError(f"{source}: inventory not found")
-    if source.is_file() and not os.access(source, os.R_OK):
-        raise InputError(f"{source}: inventory not readable")
+def load_inventory(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], vault: Vault | None = None
+) -> Inventory:
+    """Read an inventory file, folder or script (or several, as repeated ``-i`` are) with Ansible's loader,
+    decrypting with ``vault``'s secrets (by default those of ``$ANSIBLE_VAULT_*``); raise InputError naming
+    the file."""
+    given = [path] if isinstance(path, str | os.PathLike) else list(path)
+    sources = [Path(item) for item in given]
+    if not sources:
+        raise InputError("no inventory given: name one (INVENTORY or -i INVENTORY)")
+    for source in sources:
+        files.check_source(source)
+        if not source.exists():
+            raise InputError(f"{source}: inventory not found")
+        if source.is_file() and not os.access(source, os.R_OK):
+            raise InputError(f"{source}: inventory not readable")
 
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
 
-    files.check_inventory_text(source)
+    for source in sources:
+        files.check_inventory_text(source)
+    secrets = (vault or Vault()).secrets()
+    if any(_plugin_config(source) for source in sources):
+        _collection_loader()
     loader = DataLoader()
+    loader.set_vault_secrets(secrets)
+    source = sources[0]
     with _captured_parse_failures() as failures:
         try:
-            manager = InventoryManager(loader=loader, sources=[str(source.resolve())])
+            manager = InventoryManager(loader=loader, sources=[str(s.resolve()) for s in sources])
         except AnsibleError as exc:
+            broken = next((s for s in sources if files.yaml_problem(s)), None)
             detail = (
-                files.yaml_problem(source) or "; ".join(dict.fromkeys(failures)) or str(exc).split("\n")[0]
+                (files.yaml_problem(broken) if broken else None)
+                or "; ".join(dict.fromkeys(failures))
+                or str(exc).split("\n")[0]
             )
-            raise InputError(f"{source}: not a valid Ansible inventory: {detail}") from None
-    files.check_vars_files(source, manager.groups, manager.hosts)
+            named = broken or (source if len(sources) == 1 else None)
+            shown = named if named is not None else ", ".join(map(str, sources))
+            raise InputError(f"{shown}: not a valid Ansible inventory: {detail}") from None
+    for each in sources:
+        files.check_vars_files(each, manager.groups, manager.hosts)
     variables = VariableManager(loader=loader, inventory=manager)
 
-    inventory = Inventory(source=source, manager=manager)
+    inventory = Inventory(source=source, manager=manager, sources=sources)
     for host in manager.get_hosts(ignore_limits=True, ignore_restrictions=True):
         try:
             host_vars = variables.get_vars(host=host, include_hostvars=False)
-        except AnsibleError as exc:  # e.g. a broken group_vars YAML file
-            where = files.broken_vars_file(source, manager.groups, manager.hosts) or _describe(exc)
-            raise InputError(f"{source}: variables of host {host.name} cannot be read: {where}") from None
-        inventory.hosts[host.name] = _own_vars(host_vars)
+        except AnsibleError as exc:  # e.g. a broken group_vars YAML file, or one the vault cannot open
+            where = (_broken_vars(sources, manager, loader) or _describe(exc)).rstrip(".")
+            hint = f"; {HINT}" if _is_vault_error(exc) else ""
+            raise InputError(
+                f"{source}: variables of host {host.name} cannot be read: {where}{hint}"
+            ) from None
+        inventory.hosts[host.name] = {
+            name: decrypted(value, secrets, name) for name, value in _own_vars(host_vars).items()
+        }
     for name, group in manager.groups.items():
         # Ansible's order (the `groups` variable): multi-node serving groups are formed in it.
         inventory.groups[name] = [h.name for h in group.get_hosts()]
     return inventory
+
+
+def _plugin_config(source: Path) -> bool:
+    """Whether ``source`` configures an inventory plugin (``plugin: NAME``, read by the ``auto`` plugin)."""
+    if source.suffix not in (".yml", ".yaml", ".config") or not source.is_file():
+        return False
+    try:
+        return any(line.startswith("plugin:") for line in source.read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _collection_loader() -> None:
+    """Ansible's collection loader, which a plugin named by FQCN (``ansible.builtin.constructed``,
+    ``amazon.aws.aws_ec2``) is found through; ansible-playbook starts it, a library must (once)."""
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+
+    if AnsibleCollectionConfig.collection_finder is None:
+        init_plugin_loader()
+
+
+def _broken_vars(sources: Sequence[Path], manager: Any, loader: Any) -> str | None:
+    for source in sources:
+        found = files.broken_vars_file(source, manager.groups, manager.hosts, loader)
+        if found:
+            return found
+    return None
+
+
+def _is_vault_error(exc: BaseException) -> bool:
+    from ansible.parsing.vault import AnsibleVaultError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, AnsibleVaultError) or "vault" in str(seen).split("\n")[0].lower():
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _describe(exc: BaseException) -> str:

@@ -32,6 +32,7 @@ from provision.inventory.schema import (
     HostSettings,
     ServingProfile,
 )
+from provision.inventory.vault import Vault
 from provision.paths import ansible_root
 
 Path_ = tuple[str | int, ...]
@@ -87,13 +88,15 @@ class _Missing:
 _MISSING: Any = _Missing()
 
 
-def check(path: str | Path) -> Inventory:
-    """Load and validate; return the inventory or raise InvalidInventory (an InputError)."""
-    inventory = load_inventory(path)
-    files.check_vars_names(inventory.source, inventory.groups, inventory.hosts)
+def check(path: str | Path | Sequence[str | Path], vault: Vault | None = None) -> Inventory:
+    """Load (every source, decrypting with ``vault``) and validate; return the inventory or raise
+    InvalidInventory (an InputError)."""
+    inventory = load_inventory(path, vault)
+    for source in inventory.sources:
+        files.check_vars_names(source, inventory.groups, inventory.hosts)
     issues = validate(inventory)
     if issues:
-        raise InvalidInventory(Path(path), issues)
+        raise InvalidInventory(inventory.source, issues)
     return inventory
 
 

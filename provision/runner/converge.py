@@ -20,8 +20,9 @@ from typing import Any
 
 from provision.inventory.load import Inventory
 from provision.inventory.schema import HOST_GROUP
+from provision.runner.options import AnsibleOptions
 from provision.runner.record import Keys, fingerprint, keys_of_result, reads_outside, serving_closure
-from provision.runner.run import Event, Observer, RunResult, run_playbook
+from provision.runner.run import Event, Observer, RunResult, Sources, run_playbook
 from provision.serving.health import serves_api
 
 SITE = "site"
@@ -88,7 +89,7 @@ def _groups(inventory: Inventory) -> list[list[str]] | None:
 
 def converge(
     inventory: Inventory,
-    inventory_path: Path,
+    inventory_path: Sources,
     *,
     scratch: Path,
     limit: str | None,
@@ -97,6 +98,7 @@ def converge(
     observer: Observer | None,
     full: bool = False,
     diff: bool = False,
+    options: AnsibleOptions | None = None,
     run: Callable[..., RunResult] = run_playbook,
 ) -> RunResult:
     """Verify (unless ``full``), run site.yml where needed, record; one :class:`RunResult` for all of it."""
@@ -104,7 +106,7 @@ def converge(
     prints = {host: fingerprint(inventory.hosts.get(host, {}), playbook=SITE) for host in hosts}
     outside = {host: name for host in hosts if (name := reads_outside(inventory.hosts.get(host, {})))}
     fingerprints = _vars_file(scratch, "fingerprints.json", {"provision_fingerprints": prints})
-    common: dict[str, Any] = {"forks": forks, "verbosity": verbosity}
+    common: dict[str, Any] = {"forks": forks, "verbosity": verbosity, "options": options}
     watch = _Watch(observer)
     if full:
         site = run(SITE, inventory_path, verb="apply", limit=limit, diff=diff, observer=watch, **common)
@@ -158,7 +160,7 @@ def _record(
     site: RunResult,
     ran: set[str],
     watch: _Watch,
-    inventory_path: Path,
+    inventory_path: Sources,
     fingerprints: str,
     scratch: Path,
     common: Mapping[str, Any],

@@ -23,6 +23,7 @@ from typing import Any
 
 from provision import paths
 from provision.errors import EnvironmentProblem
+from provision.runner.options import AnsibleOptions, ExtraVars, extra_vars_args, private_folder
 
 Event = Mapping[str, Any]
 Observer = Callable[[Event], None]
@@ -196,46 +197,85 @@ def ansible_env() -> dict[str, str]:
     }
 
 
+Sources = Path | Sequence[Path]
+"""An inventory: one source, or several (``-i`` repeated)."""
+
+
+def _inventory_arg(inventory: Sources) -> str | list[str]:
+    if isinstance(inventory, Path):
+        return str(inventory.resolve())
+    return [str(source.resolve()) for source in inventory]
+
+
 def run_playbook(
     playbook: str,
-    inventory: Path,
+    inventory: Sources,
     *,
     verb: str = "apply",
     limit: str | None = None,
     tags: str | None = None,
     skip_tags: str | None = None,
-    extra_vars: Sequence[str] = (),
+    extra_vars: ExtraVars = (),
     check: bool = False,
     diff: bool = False,
     forks: int | None = None,
     verbosity: int = 0,
     observer: Observer | None = None,
     env: Mapping[str, str] | None = None,
+    options: AnsibleOptions | None = None,
 ) -> RunResult:
-    """Run ``playbooks/<playbook>`` against ``inventory`` through ansible-runner."""
+    """Run ``playbooks/<playbook>`` against ``inventory`` through ansible-runner; no secret of ``extra_vars``
+    or ``options`` is written into the run directory (see :mod:`provision.runner.options`)."""
+    options = options or AnsibleOptions()
+    with private_folder() as private:
+        return _run_playbook(
+            playbook, inventory, verb=verb, limit=limit, tags=tags, skip_tags=skip_tags,
+            cmdline=[*extra_vars_args(extra_vars, private), *options.args(private)], check=check,
+            diff=diff, forks=forks, verbosity=verbosity, observer=observer,
+            env={**options.env(), **(env or {})},
+        )  # fmt: skip
+
+
+def _run_playbook(
+    playbook: str,
+    inventory: Sources,
+    *,
+    verb: str,
+    limit: str | None,
+    tags: str | None,
+    skip_tags: str | None,
+    cmdline: list[str],
+    check: bool,
+    diff: bool,
+    forks: int | None,
+    verbosity: int,
+    observer: Observer | None,
+    env: Mapping[str, str],
+) -> RunResult:
     import ansible_runner
 
     run_dir = new_run_dir(verb)
     collector = _Collector(observer)
-    cmdline: list[str] = []
-    for value in extra_vars:
-        cmdline += ["-e", value]
+    cmdline = list(cmdline)
     if check:
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
     if skip_tags:
         cmdline += ["--skip-tags", skip_tags]
-    envvars = {**ansible_env(), **strategy_settings(), **(env or {})}
+    envvars = {**ansible_env(), **strategy_settings(), **env}
     started = time.monotonic()
     kwargs: dict[str, Any] = {
         "private_data_dir": str(run_dir),
         "playbook": str(paths.playbook(playbook)),
-        "inventory": str(inventory.resolve()),
+        "inventory": _inventory_arg(inventory),
         "envvars": envvars,
         "event_handler": collector.handle,
         "quiet": True,
         "verbosity": verbosity or None,
+        # No env/ copies of what the run is given: its command line names files, never secrets, and it is
+        # kept anyway (artifacts/<ident>/command).
+        "suppress_env_files": True,
     }
     if limit:
         kwargs["limit"] = limit
@@ -277,7 +317,7 @@ class ModuleRun:
 
 def run_module(
     module: str,
-    inventory: Path,
+    inventory: Sources,
     *,
     host_pattern: str,
     module_args: str = "",
@@ -285,6 +325,7 @@ def run_module(
     extra_vars: Mapping[str, Any] | None = None,
     verb: str = "adhoc",
     observer: Observer | None = None,
+    options: AnsibleOptions | None = None,
 ) -> ModuleRun:
     """Run ``module`` ad hoc on ``host_pattern`` of ``inventory`` through ansible-runner, each event to
     ``observer``; the module's results are in the events.
@@ -299,16 +340,19 @@ def run_module(
             observer(event)
         return True
 
-    with tempfile.TemporaryDirectory(prefix=f"provision-{verb}-") as private:
+    options = options or AnsibleOptions()
+    with tempfile.TemporaryDirectory(prefix=f"provision-{verb}-") as private, private_folder() as secrets:
+        args = options.args(secrets)
         runner = ansible_runner.run(
             private_data_dir=private,
-            inventory=str(inventory.resolve()),
+            inventory=_inventory_arg(inventory),
             host_pattern=host_pattern,
             module=module,
             module_args=module_args,
             limit=limit,
             extravars=dict(extra_vars or {}),
-            envvars=ansible_env(),
+            envvars={**ansible_env(), **options.env()},
+            cmdline=shlex.join(args) if args else None,
             event_handler=handle,
             quiet=True,
         )
