@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -234,6 +234,13 @@ def _factory(request: pytest.FixtureRequest) -> ClusterFactory:
         return cluster
 
     return start
+
+
+def start_cluster(request: pytest.FixtureRequest, purpose: str, **options: Any) -> Cluster:
+    """A cluster torn down with the fixture whose ``request`` this is (for a parametrized fixture: when its
+    parameter changes, so that two parameters' clusters never run at once). ``options``: see ``_factory``."""
+    cluster: Cluster = _factory(request)(purpose, **options)
+    return cluster
 
 
 @pytest.fixture(scope="module")

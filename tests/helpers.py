@@ -14,7 +14,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -169,6 +171,53 @@ def complete(
     with urllib.request.urlopen(request, timeout=timeout) as response:
         text: str = json.load(response)["choices"][0]["text"]
     return text
+
+
+class Traffic:
+    """Completions sent round-robin to ``urls`` while something runs (``with Traffic(...) as t:``): bounded in
+    count (``max_requests``) and in time (``max_s``), one every ``pause_s``, to the given addresses only."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        api_key: str | None = None,
+        max_requests: int = 1000,
+        max_s: float = 420.0,
+        pause_s: float = 1.0,
+    ) -> None:
+        self.urls = urls
+        self.api_key = api_key
+        self.max_requests, self.max_s, self.pause_s = max_requests, max_s, pause_s
+        self.results: list[tuple[str, bool, str]] = []
+        self.capped = False  # stopped by its bounds before the block ended
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.max_s
+        while not self._stop.is_set():
+            if len(self.results) >= self.max_requests or time.monotonic() > deadline:
+                self.capped = True
+                break
+            url = self.urls[len(self.results) % len(self.urls)]
+            try:
+                complete(url, api_key=self.api_key, prompt="Hello", timeout=15)
+                self.results.append((url, True, "ok"))
+            except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+                self.results.append((url, False, str(exc)))
+            self._stop.wait(self.pause_s)
+
+    def of(self, url: str) -> list[tuple[str, bool, str]]:
+        return [result for result in self.results if result[0] == url]
 
 
 # -- inventories ---------------------------------------------------------------------------------------------

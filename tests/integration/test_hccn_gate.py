@@ -1,10 +1,10 @@
-"""The HCCN gate and the ordered multi-node start (issue 5) on a 2-node simulated cluster, end to end with
+"""The HCCN gate and the ordered multi-node start on a 2-node simulated cluster, end to end with
 the REAL vLLM CPU engine: a 2-node data-parallel SmolLM2 (DP 2, one rank per node; node1 the head with the
 API, node2 a headless worker).
 
 The nodes get the simulated NPU driver the vendor way (the ``.run`` file, then a reboot loads it), so the
 real ``hccn_tool`` answers; each pool NPU gets a detection address, as a site does before multi-node
-serving. The engine cache is bind-mounted as in ``test_serve.py``. One cluster for the module; in order:
+serving. The engine cache is bind-mounted as in ``serving/cluster.py``. One cluster for the module; in order:
 
 1. ``link_down: [5]`` on node2 (the pool's NPU): ``provision apply -p serve`` fails on BOTH nodes with a
    message naming node2 and NPU 5, and nothing is written or started on either node.

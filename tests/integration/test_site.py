@@ -8,7 +8,7 @@ Where each "Done when" item of #4 is tested
   ``test_serving_*``, ``test_stack_report_*``. daemon.json: the "container runtime" section below
   (``test_container_runtime_*``). Each stage alone, in more depth: test_repos.py (mirror, stray sources),
   test_driver.py::test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing, test_cann.py (both
-  package layouts), test_npu_pools_local.py, test_serve.py (rolling upgrade, rollback).
+  package layouts), test_npu_pools_local.py, serving/test_serve.py (both modes: rolling upgrade, rollback).
 * An upgrade of driver/firmware and CANN uses the upgrade order, reboots in batches, passes the gate:
   test_driver.py::test_upgrade_uses_the_upgrade_order_and_reboots_one_node_at_a_time (older stack ->
   the lock; firmware-then-driver in each node's install log; ``ascend_driver_serial=1``: each node's reboot
@@ -262,7 +262,7 @@ class Site:
 def serving_settings() -> dict[str, Any]:
     settings: dict[str, Any] = {
         "npu_pools_list": POOLS,
-        # The engine from its venv, as test_serve.py (container mode, the default: test_serve_container.py).
+        # The engine from its venv, as the service mode of serving/test_serve.py (container: the default).
         "vllm_serve_mode": "service",
         "vllm_serve_venv": str(engine.engine_venv()),
         "vllm_serve_api_key": API_KEY,

@@ -1,0 +1,238 @@
+"""The shared serving cluster: two simulated nodes (openEuler 22.03, Ubuntu 22.04) serving the REAL vLLM CPU
+engine (SmolLM2-135M) through the vllm_serve role, in one of its two modes.
+
+- ``service``: the engine from a venv (``vllm_serve_mode: service``). The engine cache
+  (``provision_sim.serving.vllm_cpu``) is bind-mounted read-only into each node at its host path, so
+  ``vllm-smol.service`` runs the cached venv's Python as a production venv would. No mirror, no driver.
+- ``container`` (the role's default mode): the repos, driver and container_runtime stages first (the nodes get
+  the simulated driver with ``npu-smi`` and ``/dev/davinciN``, a real dockerd and the simulated Ascend Docker
+  Runtime from the cluster's mirror); the serving image is built here from the nodes' base rootfs
+  (``provision_sim.serving.image``) and put on the mirror (``images/`` + ``sha256sums.txt``), and the role
+  downloads it, verifies it, ``docker load``s it and removes the tarball, as an air-gapped site does. node1
+  gives its container the pool's NPU through the Ascend runtime (``ASCEND_VISIBLE_DEVICES``), node2 with
+  ``--device``. Before the first apply, node1 is sent a wrong ``vllm_serve_image_checksum`` (refused, nothing
+  loaded). This is the cluster the day-2 tests (observability, bench, doctor) share.
+
+Costs: two engines (~3.6 GB each); service mode 2.5-5 min for its tests, container mode adds the stages
+(1-4 min) and the image build.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provision_sim.cluster import Cluster
+from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.image import (
+    BROKEN_TAG,
+    ServeImage,
+    broken_image,
+    ensure_serve_image,
+    mirror_serve_image,
+)
+from provision_sim.serving.setup import container_volumes, engine_binds, engine_profile_vars, smollm2_profile
+from tests.helpers import Run, copy_inventory, host_vars, journals, json_summary, mirror_vars, provision_cli
+from tests.helpers import complete as shared_complete
+from tests.helpers import provision as run_provision
+
+MODES = ("service", "container")
+POOL_NAME = "smol"
+PORT = 8000
+UNIT = "vllm-smol.service"
+CONTAINER = "vllm-smol"
+ARGS = "/etc/provision/serve/smol/args"
+API_KEY = "serve-test-key"
+APPLY_TIMEOUT_S = 600
+STAGES = ("repos", "driver", "container_runtime")  # before serving, in container mode
+STAGING = "/var/cache/provision/vllm_serve"  # vllm_serve_image_staging_dir
+WRONG_SHA256 = "0" * 64
+DOWNLOAD = "vllm_serve : Download the image tarball and verify its sha256"
+
+
+def complete(url: str, prompt: str = "The capital of France is", timeout: float = 30.0) -> str:
+    return shared_complete(url, api_key=API_KEY, prompt=prompt, timeout=timeout)
+
+
+@dataclass
+class Served:
+    """A converged serving cluster and what its setup saw (first plan and apply; container-mode extras)."""
+
+    mode: str
+    cluster: Cluster
+    inventory: Path
+    runs: Path
+    settings_file: Path  # the group_vars file that holds the serving settings
+    image: ServeImage | None = None  # container mode: the good image, on the mirror at image_url
+    image_url: str = ""
+    broken: ServeImage | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    refused: Run | None = None  # container mode: the apply with a wrong sha256 on node1
+    refused_gets: int = 0
+    refused_image: bool = True
+    refused_left: str = ""
+    first_apply_gets: int = 0
+    plan: dict[str, Any] = field(default_factory=dict)
+    unit_after_plan: bool = False
+    first_apply: dict[str, Any] = field(default_factory=dict)
+
+    def url(self, node: str) -> str:
+        return f"http://{self.cluster.node(node).ip}:{PORT}"
+
+    def sh(self, node: str, *argv: str) -> str:
+        done = self.cluster.exec(node, list(argv), timeout=120)
+        assert done.returncode == 0, f"{node}: {' '.join(argv)}: {done.stdout}{done.stderr}"
+        return done.stdout
+
+    def settings(self) -> dict[str, Any]:
+        values: dict[str, Any] = yaml.safe_load(self.settings_file.read_text())
+        return values
+
+    def apply(self, *args: str, playbook: str = "serve") -> Any:
+        return provision_cli(
+            "apply", str(self.inventory), "-p", playbook, *args, runs=self.runs, timeout=APPLY_TIMEOUT_S
+        )
+
+    def status(self, *args: str) -> Any:
+        return provision_cli("serve", "status", str(self.inventory), *args, runs=self.runs, timeout=120)
+
+    def image_gets(self) -> int:
+        """How many times the nodes downloaded the image tarball (the mirror's log, http.server format)."""
+        log = (self.cluster.dir / "mirror.log").read_text(errors="replace")
+        return len(re.findall(rf'"GET /{re.escape(self.image_url.split("/", 3)[3])} HTTP', log))
+
+    def staged(self, node: str) -> str:
+        """What the staging folder holds on ``node`` (the role created it before downloading)."""
+        return self.sh(node, "find", STAGING, "-mindepth", "1")
+
+    def wait_ready(self, node: str, timeout: float = 300.0) -> None:
+        """Until ``node`` answers a completion again (after a drill that stopped its engine)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if complete(self.url(node), timeout=10).strip():
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            assert time.monotonic() < deadline, f"{node} not ready again after {timeout:.0f} s"
+            time.sleep(3)
+
+
+def service_settings() -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "npu_pools_list": [{"name": POOL_NAME, "devices": [0], "port": PORT, "profile": "smollm2-cpu"}],
+        "vllm_serve_mode": "service",
+        "vllm_serve_venv": str(engine.engine_venv()),
+        "vllm_serve_api_key": API_KEY,
+        # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
+        "vllm_serve_restart_sec": 60,
+    }
+    values.update(engine_profile_vars())  # the rig's profile, its model in the engine cache
+    return values
+
+
+def container_settings(image: ServeImage, url: str) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "npu_pools_list": [{"name": POOL_NAME, "devices": [3], "port": PORT, "profile": "smollm2-cpu"}],
+        "vllm_serve_mode": "container",
+        "vllm_serve_image": image.tag,
+        "vllm_serve_image_url": url,  # on the mirror, its sha256 in sha256sums.txt beside it
+        # the engine's venv, interpreter and libnuma, at the paths the nodes see them (read-only)
+        "vllm_serve_container_volumes": container_volumes(),
+        "vllm_serve_api_key": API_KEY,
+        "vllm_serve_restart_sec": 60,
+    }
+    values.update(engine_profile_vars())
+    return values
+
+
+StartCluster = Callable[..., Cluster]  # tests.conftest.start_cluster bound to the fixture's request
+
+
+def serve_service(start: StartCluster, folder: Path) -> Served:
+    cluster = start(
+        "serve", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds(), mirror=False
+    )
+    inventory = copy_inventory(cluster, folder, service_settings())
+    served = Served("service", cluster, inventory, folder / "runs", folder / "group_vars" / "npu_nodes.yml")
+    _plan_and_apply(served)
+    return served
+
+
+def serve_container(start: StartCluster, folder: Path) -> Served:
+    begun = time.monotonic()
+    image, broken = ensure_serve_image(), broken_image()
+    build_s = time.monotonic() - begun
+    cluster = start("servec", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds())
+    image_url, image = mirror_serve_image(cluster.dir, image)
+    inventory = copy_inventory(cluster, folder, mirror_vars(cluster))
+    served = Served(
+        "container",
+        cluster,
+        inventory,
+        folder / "runs",
+        folder / "group_vars" / "all.yml",
+        image=image,
+        image_url=image_url,
+        broken=broken,
+        timings={"image build": build_s},
+    )
+    served.settings_file.write_text(yaml.safe_dump(container_settings(image, image_url)))
+    host_vars(inventory, "node2", {"vllm_serve_container_devices": "device"})
+    for stage in STAGES:
+        begun = time.monotonic()
+        json_summary(served.apply("--json", playbook=stage), stage)
+        served.timings[stage] = time.monotonic() - begun
+    # node1 lacks the image: a wrong sha256 must be refused before anything is loaded
+    wrong = f"vllm_serve_image_checksum={WRONG_SHA256}"
+    served.refused = run_provision("apply", inventory, "-p", "serve", "--limit", "node1", "-e", wrong)
+    served.refused_gets = served.image_gets()
+    served.refused_image = cluster.exec("node1", ["docker", "image", "inspect", image.tag]).returncode == 0
+    served.refused_left = served.staged("node1")
+    _plan_and_apply(served)
+    served.first_apply_gets = served.image_gets()
+    return served
+
+
+def _plan_and_apply(served: Served) -> None:
+    planned = provision_cli(
+        "plan", str(served.inventory), "-p", "serve", "--json", runs=served.runs, timeout=APPLY_TIMEOUT_S
+    )
+    served.plan = json_summary(planned, "plan")
+    unit = served.cluster.exec("node1", ["test", "-e", f"/etc/systemd/system/{UNIT}"])
+    served.unit_after_plan = unit.returncode == 0
+    begun = time.monotonic()
+    done = served.apply("--json")
+    served.timings["first apply"] = time.monotonic() - begun
+    served.first_apply = json_summary(done, "apply -p serve" + journals(served.cluster, UNIT))
+
+
+def broken_settings(served: Served) -> tuple[dict[str, Any], str]:
+    """The serving settings changed so that the engine cannot start, and the journal line that says why."""
+    settings = served.settings()
+    if served.mode == "service":
+        profile = smollm2_profile()
+        profile.update(settings.get("vllm_serve_profiles", {}).get("smollm2-cpu", {}))
+        profile["extra_args"] = ["--no-such-flag"]  # vLLM exits at once: unrecognized arguments
+        settings["vllm_serve_profiles"] = {"smollm2-cpu": profile}
+        return settings, "unrecognized arguments: --no-such-flag"
+    assert served.broken is not None
+    settings["vllm_serve_image"] = BROKEN_TAG
+    settings["vllm_serve_image_url"] = served.broken.url  # file://, its sha256 pinned
+    settings["vllm_serve_image_checksum"] = served.broken.sha256
+    return settings, "/opt/provision/entrypoint.sh"
+
+
+def kill_engine(served: Served, node: str) -> str:
+    """SIGKILL the engine on ``node``; returns how systemd's journal words the main process's end."""
+    if served.mode == "service":
+        served.sh(node, "systemctl", "kill", "--signal=SIGKILL", UNIT)
+        return "Main process exited, code=killed, status=9/KILL"
+    served.sh(node, "docker", "kill", "--signal", "KILL", CONTAINER)
+    return "Main process exited, code=exited, status=137"  # `docker run` reports the container's end

@@ -1,0 +1,59 @@
+"""One serving cluster per mode for every test of this package (``cluster.py`` says what each holds).
+
+``served`` is package-scoped and parametrized by mode: the scenario tests (``test_serve.py``) run in both,
+and a module that needs one mode says so with ``pytest.mark.parametrize("served", ["container"],
+indirect=True)``. pytest groups the tests of one mode together, and the first mode's cluster is torn down
+before the second's starts. Tests marked ``disruptive`` (they leave an engine down) run last in their group;
+every other test leaves the cluster healthy.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from provision_sim.cluster import Cluster
+from provision_sim.serving import vllm_cpu as engine
+from tests.conftest import start_cluster
+from tests.integration.serving.cluster import MODES, Served, serve_container, serve_service
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "disruptive: leaves the shared serving cluster degraded; runs last")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest grouped the tests by the package fixture's parameter
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def mode(item: pytest.Item) -> str:
+        callspec = getattr(item, "callspec", None)
+        return str(callspec.params.get("served", "")) if callspec else ""
+
+    position = {id(item): index for index, item in enumerate(items)}
+    mine = [item for item in items if mode(item) in MODES]
+    if not mine:
+        return
+    first = {m: min(position[id(i)] for i in mine if mode(i) == m) for m in {mode(i) for i in mine}}
+    ordered = sorted(
+        mine,
+        key=lambda i: (first[mode(i)], i.get_closest_marker("disruptive") is not None, position[id(i)]),
+    )
+    slots = sorted(position[id(item)] for item in mine)
+    for slot, item in zip(slots, ordered, strict=True):
+        items[slot] = item
+
+
+@pytest.fixture(scope="package", params=MODES)
+def served(
+    request: pytest.FixtureRequest,
+    sim_host: None,
+    fresh_host_network: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Served:
+    engine.prepare()  # cached: instant after the first time (~3 min)
+    mode = str(request.param)
+    folder = tmp_path_factory.mktemp(f"serve-{mode}")
+
+    def start(purpose: str, **options: object) -> Cluster:
+        return start_cluster(request, purpose, **options)
+
+    setup = serve_service if mode == "service" else serve_container
+    return setup(start, folder)
