@@ -402,6 +402,18 @@ def sample_segments(name: str, *, skip_missing: bool = False) -> list[str]:
     return out
 
 
+def sample_captures(name: str) -> dict[str, str]:
+    """The named captures of a sample file: a ``## name`` line opens one, ``#`` lines are comments."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in (SAMPLES / name).read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            current = out.setdefault(line[3:].strip(), [])
+        elif not line.startswith("#") and current is not None:
+            current.append(line)
+    return {k: "\n".join(v).strip("\n") + "\n" for k, v in out.items()}
+
+
 def probe_section(label: str, body: str) -> str:
     """One section of a probe script's output (facts, discovery): its ``MARK label`` line, then ``body``."""
     from provision.ascend.facts import MARK

@@ -203,7 +203,16 @@ def ascend_install_result(stdout: str, rc: int, component: str = "driver") -> di
 def ascend_driver_files(
     driver: str, firmware: str, *, arch: str = "aarch64", chip: str = "910b"
 ) -> dict[str, str]:
-    """The vendor's file names of a driver and a firmware version."""
+    """The vendor's file names of a driver and a firmware version.
+
+    ``chip`` is the NPU line (``910b``, ``a3``, ``310p``): its names come from provision/data/hardware.yml
+    (an A3's are ``Atlas-A3-hdk-npu-driver_<v>_linux-<arch>.run``); another line keeps the A2 pattern.
+    """
+    from provision.ascend.hardware import model_for_line
+
+    model = model_for_line(chip)
+    if model is not None:
+        return {"driver": model.driver_file(driver, arch), "firmware": model.firmware_file(firmware)}
     return {
         "driver": f"Ascend-hdk-{chip}-npu-driver_{driver}_linux-{arch}.run",
         "firmware": f"Ascend-hdk-{chip}-npu-firmware_{firmware}.run",
@@ -330,10 +339,14 @@ def ascend_cann_layout(
     CANN <= 8.3: ``<base>/ascend-toolkit/<v>/``, ``set_env.sh`` at ``<base>/ascend-toolkit/set_env.sh``,
     operator package ``Ascend-cann-kernels-<chip>_<v>_linux-<arch>.run``. CANN >= 8.5: ``<base>/cann-<v>/``,
     ``set_env.sh`` at ``<base>/cann/set_env.sh``, operator package
-    ``Ascend-cann-<chip>-ops_<v>_linux-<arch>.run``.
+    ``Ascend-cann-<chip>-ops_<v>_linux-<arch>.run``. The names of the lines of provision/data/hardware.yml
+    come from it (A3: ``Ascend-cann-A3-ops_…``, before 8.5 ``Atlas-A3-cann-kernels_…``).
     """
+    from provision.ascend.hardware import model_for_line
+
     base = base.rstrip("/") or "/"
     new = _numbers(version)[:2] >= (8, 5)
+    model = model_for_line(chip)
     home = f"{base}/cann-{version}" if new else f"{base}/ascend-toolkit/{version}"
     ops = "ops" if new else "kernels"
     return {
@@ -346,7 +359,9 @@ def ascend_cann_layout(
         "set_env": f"{base}/cann/set_env.sh" if new else f"{base}/ascend-toolkit/set_env.sh",
         "toolkit_file": f"Ascend-cann-toolkit_{version}_linux-{arch}.run",
         "ops_file": (
-            f"Ascend-cann-{chip}-ops_{version}_linux-{arch}.run"
+            model.cann_ops_file(version, arch, new_layout=new)
+            if model is not None
+            else f"Ascend-cann-{chip}-ops_{version}_linux-{arch}.run"
             if new
             else f"Ascend-cann-kernels-{chip}_{version}_linux-{arch}.run"
         ),

@@ -10,8 +10,9 @@ short_description: Facts about a node's Ascend NPUs, driver, firmware and free d
 description:
   - Runs one read-only probe on the node over the existing connection (no module upload) and parses it
     on the controller with provision's parsers.
-  - NPUs come from the PCI view (vendor 0x19e5; device 0xd802 = 910B, 0xd801 = 910, 0xd500 = 310P,
-    0xd100 = 310) through C(lspci -n -d 19e5:), or from /sys/bus/pci/devices when pciutils is missing.
+  - NPUs come from the PCI view (vendor 0x19e5; device 0xd802 = 910B, 0xd803 = 910_93 (Atlas A3),
+    0xd801 = 910, 0xd500 = 310P, 0xd100 = 310) through C(lspci -n -d 19e5:), or from
+    /sys/bus/pci/devices when pciutils is missing.
   - When C(npu-smi) exists (PATH, /usr/local/bin, /usr/local/sbin), C(npu-smi info) gives per-NPU health,
     power, temperature and HBM use; versions come from /usr/local/Ascend/{driver,firmware}/version.info.
 options:
@@ -45,8 +46,10 @@ ansible_facts:
   type: dict
   contains:
     ascend_npus:
-      description: count, model, pci_device_ids, bus_ids, npu_smi (path or null), npu_smi_error,
-        driver_version, firmware_version, driver_install_path, health (NPU id -> Health column),
+      description: count (NPU chips on the PCI bus, 16 on an Atlas A3), model (chip family, e.g. 910B,
+        910_93), hardware_model (a2, a3, 300i-duo or null), pci_device_ids, bus_ids, npu_smi (path or null),
+        npu_smi_error, driver_version, firmware_version, driver_install_path, health (chip logic id, the
+        /dev/davinciN index, -> Health column; the NPU id where an NPU has one chip),
         all_healthy (null without npu-smi), chips (per chip id, name, health, bus_id, power_w, temp_c,
         hbm_used_mb, hbm_total_mb, aicore_pct, processes).
       type: dict

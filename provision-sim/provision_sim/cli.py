@@ -41,7 +41,15 @@ def up(
         "--os",
         help=f"Node OS: {', '.join(flavours.FLAVOURS)}; a comma list is used in turn (mixed cluster).",
     ),
-    npus: int = typer.Option(8, "--npus", help="Simulated Ascend 910B NPUs per node."),
+    npus: int = typer.Option(
+        8, "--npus", help="Simulated NPU chips per node (an Atlas A3 has 16: 8 NPUs x 2, a 300I Duo card 2)."
+    ),
+    model: str = typer.Option(
+        "910b3",
+        "--model",
+        help="NPU model: 910b1..910b4 (Atlas A2), 910_93 (Atlas A3), 310p3 (Atlas 300I Duo); "
+        "a comma list is used in turn (mixed cluster).",
+    ),
     bind_ro: list[str] = typer.Option(
         [],
         "--bind-ro",
@@ -69,7 +77,9 @@ def up(
         report = engine.prepare(progress=err.status)
         err.status(f"vLLM CPU engine: {report.summary()}")
         binds += [bind for bind in engine_binds() if bind not in binds]
-    cluster = Cluster.up(name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status, binds=binds)
+    cluster = Cluster.up(
+        name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status, binds=binds, model_list=model
+    )
     if serve:
         from provision_sim.serving.setup import serving_group_vars
 
@@ -77,7 +87,7 @@ def up(
         with cluster.group_vars_path.open("a", encoding="utf-8") as handle:
             handle.write(serving_group_vars(cluster_dir=cluster.dir))
     for node in cluster.nodes:
-        out.line(f"{node.name:<8} {node.ip:<15} {node.flavour}")
+        out.line(f"{node.name:<8} {node.ip:<15} {node.flavour:<16} {node.model}")
     t = cluster.timings
     out.line(
         f"cluster {cluster.name!r} up in {t['total']:.1f} s (base {t['base']:.1f} s, "

@@ -190,6 +190,7 @@ class Cluster:
         progress: Progress | None = None,
         mirror: bool = True,
         binds: Sequence[str] = (),
+        model_list: str = "910B3",
     ) -> Cluster:
         """Build the base if needed, then create, boot and wait for ``nodes`` nodes (sshd answering).
 
@@ -204,6 +205,7 @@ class Cluster:
         if not 1 <= npus <= MAX_NPUS:
             raise InputError(f"--npus must be between 1 and {MAX_NPUS}, not {npus}")
         node_flavours = flavours.parse_os_list(os_list, nodes)
+        node_models = _parse_models(model_list, nodes, npus)
         bind_mounts = tuple(check_bind(bind) for bind in binds)
         require_host()
         folder = (root or state_root()) / name
@@ -234,6 +236,7 @@ class Cluster:
                         ip=subnet.node_ip(number),
                         npus=npus,
                         dir=folder / "nodes" / f"node{number}",
+                        model=node_models[number - 1],
                     )
                     for number, flavour in enumerate(node_flavours, start=1)
                 ],
@@ -464,6 +467,29 @@ class Cluster:
                     timeout=5,
                     check=False,
                 )
+
+
+def _parse_models(model_list: str, count: int, npus: int) -> list[str]:
+    """``--model 910b3,910_93,310p3`` → the npu-smi model of each of ``count`` nodes (the list in turn)."""
+    from provision.ascend.hardware import model_for_chip
+
+    resolve: Callable[[str], str] | None = getattr(nodes.hardware_module(), "resolve_model", None)
+    names: list[str] = []
+    for name in (m.strip() for m in model_list.split(",")):
+        if not name:
+            continue
+        try:
+            names.append(resolve(name) if resolve else name)
+        except ProvisionError as exc:
+            raise InputError(f"--model: {exc}") from None
+        spec = model_for_chip(names[-1])
+        if spec is not None and npus % spec.chips_per_npu:
+            raise InputError(
+                f"--npus {npus}: an {spec.product} node has {spec.chips_per_npu} chips per NPU, "
+                f"so --npus (chips per node) must be a multiple of {spec.chips_per_npu}"
+            )
+    names = names or ["910B3"]
+    return [names[i % len(names)] for i in range(count)]
 
 
 def check_bind(bind: str) -> str:

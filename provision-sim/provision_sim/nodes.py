@@ -53,6 +53,8 @@ class Node:
     ip: str
     npus: int
     dir: Path
+    model: str = "910B3"
+    """The simulated NPUs' npu-smi Name (``910B3``, ``Ascend910`` = Atlas A3, ``310P3`` = Atlas 300I Duo)."""
 
     @property
     def netns(self) -> str:
@@ -111,6 +113,7 @@ class Node:
             "flavour": self.flavour,
             "ip": self.ip,
             "npus": self.npus,
+            "model": self.model,
         }
 
     @classmethod
@@ -124,6 +127,7 @@ class Node:
             ip=str(data["ip"]),
             npus=int(data["npus"]),
             dir=cluster_dir / "nodes" / name,
+            model=str(data.get("model", "910B3")),
         )
 
 
@@ -184,7 +188,7 @@ def _write_hardware_config(node: Node) -> None:
     """Let the simulated NPU hardware configure this node (``/etc/provision-sim/hardware.json``)."""
     write: Callable[..., None] | None = getattr(hardware_module(), "write_node_config", None)
     if write is not None:
-        write(node.upper, name=node.name, index=node.number, npus=node.npus)
+        write(node.upper, name=node.name, index=node.number, npus=node.npus, model=node.model)
 
 
 def _npu_netns_binding(node: Node) -> list[str]:

@@ -4,6 +4,7 @@
   ``-t board|usages|power|temp|health|common|ecc|topo``; DCMI failure detection.
 * :mod:`provision.ascend.hccn` — ``hccn_tool -ip|-link|-net_health|-netdetect|-gateway|-tls|-ping ... -g``.
 * :mod:`provision.ascend.pci` — ``lspci`` (plain, ``-n``, ``-nn``) and the PCI id → Ascend model map.
+* :mod:`provision.ascend.hardware` — the hardware models (A2, A3, 300I Duo): ``provision/data/hardware.yml``.
 * :mod:`provision.ascend.versions` — driver/firmware ``version.info``, CANN install info,
   ``/etc/ascend_install.info`` and installer logs.
 
@@ -33,7 +34,9 @@ from provision.ascend.hccn import (
 )
 from provision.ascend.npu_smi import (
     DCMI_DEVICE_BUSY,
+    POWER_KEYS,
     BoardInfo,
+    ChipSection,
     CommonInfo,
     DcmiInitError,
     EccInfo,
@@ -62,6 +65,7 @@ from provision.ascend.npu_smi import (
     parse_npu_smi_key_values,
     parse_npu_smi_list,
     parse_npu_smi_power,
+    parse_npu_smi_sections,
     parse_npu_smi_temp,
     parse_npu_smi_topo,
     parse_npu_smi_usages,
@@ -97,10 +101,12 @@ __all__ = [
     "DCMI_DEVICE_BUSY",
     "HUAWEI_VENDOR_ID",
     "NET_HEALTH_CODES",
+    "POWER_KEYS",
     "PROCESSING_ACCELERATOR_CLASS",
     "AscendInstallInfo",
     "BoardInfo",
     "CannInstallInfo",
+    "ChipSection",
     "CommonInfo",
     "DcmiInitError",
     "DriverVersionInfo",
@@ -161,6 +167,7 @@ __all__ = [
     "parse_npu_smi_key_values",
     "parse_npu_smi_list",
     "parse_npu_smi_power",
+    "parse_npu_smi_sections",
     "parse_npu_smi_temp",
     "parse_npu_smi_topo",
     "parse_npu_smi_usages",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provision.ascend.hardware import model_for_pci_id
 from provision.ascend.npu_smi import ParseError, dcmi_error_code, parse_npu_smi_info
 from provision.ascend.pci import ascend_devices, ascend_model, parse_lspci
 from provision.ascend.versions import parse_ascend_install_info, parse_key_equals
@@ -89,9 +90,12 @@ def facts_from_probe(text: str) -> dict[str, Any]:
     sections = split_sections(text)
     devices = ascend_devices(parse_lspci(sections["pci"]))
     models = sorted({m for d in devices if (m := ascend_model(d.device_id))})
+    servers = sorted({s.name for d in devices if (s := model_for_pci_id(d.device_id))})
     npus: dict[str, Any] = {
+        # one PCI function per chip: 16 on an Atlas A3 (8 NPUs x 2), 8 on an A2
         "count": len(devices),
         "model": models[0] if len(models) == 1 else (", ".join(models) or None),
+        "hardware_model": servers[0] if len(servers) == 1 else None,
         "pci_device_ids": sorted({f"0x{d.device_id:04x}" for d in devices if d.device_id is not None}),
         "bus_ids": [d.bus_id for d in devices],
         "npu_smi": None,
@@ -123,7 +127,9 @@ def _npu_smi(npus: dict[str, Any], body: str, rc: str) -> None:
         npus["npu_smi_error"] = last
         return
     info = parse_npu_smi_info(body)
-    npus["health"] = {str(n.id): n.health for n in info.npus if n.chip_id == 0}
+    # Per chip, keyed by its logic id (the /dev/davinciN index: npu-smi's Phy-ID / Device column where an
+    # NPU has several chips, else the NPU id), so that it counts what the PCI view counts.
+    npus["health"] = {str(n.id if n.chip_device is None else n.chip_device): n.health for n in info.npus}
     npus["all_healthy"] = info.all_healthy
     npus["chips"] = [
         {

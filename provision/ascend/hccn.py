@@ -1,34 +1,31 @@
 """Parsers of ``hccn_tool`` output (``/usr/local/Ascend/driver/tools/hccn_tool -i N ... -g``).
 
-Verbatim formats (from public docs, see ``tests/fixtures/samples/hccn_tool_outputs.txt``)::
+Formats, each from real captures (``tests/fixtures/samples/hccn_tool_outputs.txt`` and
+``hccn_tool_real_captures.txt``, sources in their README) and from the printf calls of Huawei's open-source
+hccn_tool (hicann/driver ``src/custom/network/hccn/ascend910B/hccn_tool``)::
 
     -ip -g          ipaddr:10.0.0.10
                     netmask:255.255.255.0
     -link -g        link status: UP                      (or DOWN)
     -net_health -g  net health status: Success           (see NET_HEALTH_CODES)
+    -netdetect -g   netdetect address: 11.12.165.1       (MindIE guide capture; the open-source tool
+                                                          prints "netdetect addr: %s": both accepted)
+    -gateway -g     default gateway:11.12.165.1, Iface:eth0   ("default gateway:%s, Iface:eth%d")
     -tls -g         dev_id:0, tls switch[0](0:disable, 1:enable), tls preconfigured[1](...), ...
-                    (one line; full text in the sample file)
     -fec -g         fec mode: rs FEC mode
     -link_stat -g   [device 0]link up count       : 2   (plus dated LINK UP / LINK DOWN records)
-
-No verbatim capture was found for the following three; this module accepts, and the simulator
-must print, EXACTLY these formats (one line each unless shown otherwise)::
-
-    -netdetect -g   netdetect address: 10.0.0.254
-    -gateway -g     default gateway:10.0.0.254, ifname: eth0
-    -ping -g address 10.0.0.2 [pkt N]
-                    PING 10.0.0.2 from device 0
-                    64 bytes from 10.0.0.2: icmp_seq=0 time=0.071 ms      (one line per reply)
-                    recv time out seq=1                                   (one line per lost packet)
-                    <blank line>
-                    --- 10.0.0.2 hccn_tool ping statistics ---
+    -ping -g address 10.10.100.10 [pkt N]
+                    device 0 PING 10.10.100.10          ("device %d PING %s" / "device %d PING6 %s")
+                    recv seq=0,time=0.067000ms           (one line per reply)
+                    recv time out seq=0                  (one line per lost packet)
                     3 packets transmitted, 3 received, 0.00% packet loss
 
-The documented success criterion for ping is that the output contains ``0.00% packet loss`` and
-failure prints ``recv time out seq``; :func:`parse_hccn_ping` reports ``success`` only when the
-summary shows 0.00 % loss with at least one reply (``100.00% packet loss`` is NOT success, even
-though it contains the substring). Without a summary line but with ``recv time out seq`` lines the
-result is a failure; anything else raises :class:`ParseError`.
+Set commands and some getters end with ``Cmd executed successfully!``; the parsers ignore it. The ping
+summary's "packet loss" reads "packets loss" in the HCCS ping of the same tool; both are accepted.
+:func:`parse_hccn_ping` reports ``success`` only when the summary shows 0.00 % loss with at least one
+reply (``100.00% packet loss`` is NOT success, even though it contains the substring). Without a summary
+line but with ``recv time out seq`` lines the result is a failure; anything else raises
+:class:`ParseError`.
 """
 
 from __future__ import annotations
@@ -68,6 +65,7 @@ NET_HEALTH_CODES: dict[int, str] = {
     6: "Init",
     7: "Thread error",
     8: "Detect ip set",
+    9: "Unknown",
 }
 """``hccn_tool -net_health -g`` status codes → status words (only ``Success`` is healthy)."""
 
@@ -139,16 +137,18 @@ def parse_hccn_net_health(text: str) -> HccnNetHealth:
 
 
 def parse_hccn_netdetect(text: str) -> str:
-    """Parse ``-netdetect -g`` (``netdetect address: A.B.C.D``) → the address."""
+    """Parse ``-netdetect -g`` (``netdetect address: A.B.C.D`` or ``netdetect addr: ...``) → the address."""
     m = _find_line(
-        text, re.compile(r"^\s*netdetect address\s*:\s*(\S+)\s*$", re.IGNORECASE), "hccn_tool -netdetect -g"
+        text,
+        re.compile(r"^\s*netdetect addr(?:ess)?\s*:\s*(\S+)\s*$", re.IGNORECASE),
+        "hccn_tool -netdetect -g",
     )
     return m.group(1)
 
 
 @dataclass(frozen=True, slots=True)
 class HccnGateway:
-    """``-gateway -g``: ``default gateway:A.B.C.D, ifname: eth0``."""
+    """``-gateway -g``: ``default gateway:A.B.C.D, Iface:eth0`` (``ifname`` is the Iface value)."""
 
     gateway: str
     ifname: str | None
@@ -158,7 +158,7 @@ def parse_hccn_gateway(text: str) -> HccnGateway:
     """Parse ``-gateway -g``."""
     m = _find_line(
         text,
-        re.compile(r"^\s*default gateway\s*:\s*([^,\s]+)\s*(?:,\s*ifname\s*:\s*(\S+))?\s*$", re.IGNORECASE),
+        re.compile(r"^\s*default gateway\s*:\s*([^,\s]+)\s*(?:,\s*Iface\s*:\s*(\S+))?\s*$", re.IGNORECASE),
         "hccn_tool -gateway -g",
     )
     return HccnGateway(gateway=m.group(1), ifname=m.group(2))
@@ -253,7 +253,7 @@ def parse_hccn_link_stat(text: str) -> HccnLinkStat:
 
 @dataclass(frozen=True, slots=True)
 class HccnPing:
-    """``-ping -g address A`` (format in the module docstring)."""
+    """``-ping -g address A`` (format in the module docstring); ``device`` is the pinging NPU port."""
 
     success: bool
     transmitted: int | None
@@ -261,26 +261,28 @@ class HccnPing:
     loss_pct: float | None
     timeouts: int
     target: str | None
+    device: int | None = None
 
 
 _PING_SUMMARY = re.compile(
     r"(\d+)\s+packets? transmitted,\s*(\d+)\s+(?:packets? )?received,"
-    r"\s*(?:[^,]*,\s*)?([\d.]+)%\s+packet loss",
+    r"\s*(?:[^,]*,\s*)?([\d.]+)%\s+packets?\s+loss",
     re.IGNORECASE,
 )
 _PING_TIMEOUT = re.compile(r"recv time out seq", re.IGNORECASE)
-_PING_TARGET = re.compile(r"^\s*(?:PING|---)\s+(\S+)")
+_PING_HEADER = re.compile(r"^\s*device\s+(\d+)\s+PING6?\s+(\S+)\s*$", re.IGNORECASE)
 
 
 def parse_hccn_ping(text: str) -> HccnPing:
     """Parse ``-ping -g``; ``success`` iff the summary shows 0.00 % loss and at least one reply."""
     summary = _PING_SUMMARY.search(text)
     timeouts = len(_PING_TIMEOUT.findall(text))
-    target_m = next((m for m in map(_PING_TARGET.match, text.splitlines()) if m), None)
-    target = target_m.group(1) if target_m else None
+    header = next((m for m in map(_PING_HEADER.match, text.splitlines()) if m), None)
+    device = int(header.group(1)) if header else None
+    target = header.group(2) if header else None
     if summary is None:
         if timeouts:
-            return HccnPing(False, None, None, None, timeouts, target)
+            return HccnPing(False, None, None, None, timeouts, target, device)
         raise ParseError(
             "expected 'hccn_tool -ping -g' output with 'N packets transmitted, N received, X% packet loss'"
             " or 'recv time out seq' lines"
@@ -293,4 +295,5 @@ def parse_hccn_ping(text: str) -> HccnPing:
         loss_pct=loss,
         timeouts=timeouts,
         target=target,
+        device=device,
     )

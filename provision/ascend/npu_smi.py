@@ -9,6 +9,12 @@ spaces and blank lines differ between driver versions:
   an HBM column parses as well); ``NA`` and ``-`` become ``None``.
 * ``npu-smi info -t <type>`` (board, usages, power, temp, health, common, ecc) and ``info -l``:
   ``key : value`` lines, split on the first colon; keys are compared case- and space-insensitively.
+  A card-level output (``-i N`` without ``-c``) holds one blank-line-separated section per chip, marked
+  by its ``Chip ID`` line (printed after the chip's values by ``-t usages|power|temp|ecc``, before them by
+  ``-t common``), and sections of the management chips marked ``Chip Name : mcu|MCU|3559`` (npu-smi's
+  own printf calls, hicann/driver ``npucli/src/npu_card_info.c``). :func:`parse_npu_smi_sections` splits
+  them; every typed result carries ``chips``, one value per NPU chip, so the second chip of a 300I Duo
+  or of an A3 NPU is not lost behind the first.
 * ``npu-smi info -m``: whitespace-separated columns; the chip name (last column) may hold spaces.
 * ``npu-smi info -t topo``: a matrix of ``NPUn`` labels plus an optional ``CPU Affinity`` column.
 
@@ -29,7 +35,9 @@ from provision.errors import ProvisionError
 
 __all__ = [
     "DCMI_DEVICE_BUSY",
+    "POWER_KEYS",
     "BoardInfo",
+    "ChipSection",
     "CommonInfo",
     "DcmiInitError",
     "EccInfo",
@@ -58,6 +66,7 @@ __all__ = [
     "parse_npu_smi_key_values",
     "parse_npu_smi_list",
     "parse_npu_smi_power",
+    "parse_npu_smi_sections",
     "parse_npu_smi_temp",
     "parse_npu_smi_topo",
     "parse_npu_smi_usages",
@@ -226,6 +235,72 @@ def parse_npu_smi_key_values(text: str, what: str = "npu-smi info -t") -> KeyVal
 
 
 @dataclass(frozen=True, slots=True)
+class ChipSection:
+    """One chip's section of a card-level ``npu-smi info -t <type> -i N`` output.
+
+    ``chip_id`` is set for an NPU chip (its ``Chip ID`` line), None for a management chip (the MCU, the
+    3559 CPU of a 310 card), which npu-smi marks with ``Chip Name`` only. ``raw`` holds the section's pairs
+    with the card's header pairs (``NPU ID``, ``Chip Count``) in front.
+    """
+
+    chip_id: int | None
+    chip_name: str | None
+    raw: KeyValues
+
+    @property
+    def is_npu_chip(self) -> bool:
+        return self.chip_id is not None
+
+
+_HEADER_KEYS = frozenset({"npuid", "chipcount", "totalcount"})
+
+
+def _blocks(text: str) -> list[list[str]]:
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.strip():
+            blocks[-1].append(line)
+        elif blocks[-1]:
+            blocks.append([])
+    return [b for b in blocks if b]
+
+
+def parse_npu_smi_sections(text: str, what: str = "npu-smi info -t") -> tuple[ChipSection, ...]:
+    """The chip sections of a key/value output, in output order (NPU chips and management chips).
+
+    A section is a run of non-blank lines holding ``Chip ID`` or ``Chip Name``; runs holding neither are the
+    card's header (``NPU ID``, ``Chip Count``), whose pairs every section's ``raw`` starts with. An output
+    without blank lines (doc captures) is one section.
+    """
+    _check_dcmi(text)
+    header: list[tuple[str, str]] = []
+    sections: list[ChipSection] = []
+    for block in _blocks(text):
+        pairs = split_key_value_lines("\n".join(block), what)
+        kv = KeyValues(pairs)
+        chip_id, chip_name = kv.get("Chip ID"), kv.get("Chip Name")
+        if chip_id is None and chip_name is None:
+            header.extend(pairs)
+            continue
+        own = tuple(p for p in pairs if _norm_key(p[0]) not in _HEADER_KEYS)
+        head = tuple(p for p in (*header, *pairs) if _norm_key(p[0]) in _HEADER_KEYS)
+        sections.append(
+            ChipSection(
+                chip_id=_opt_int(chip_id, "Chip ID"),
+                chip_name=_opt_str(chip_name),
+                raw=KeyValues(head + own),
+            )
+        )
+    if not header and not sections:
+        raise ParseError(f"expected '{what}' output, got empty text")
+    return tuple(sections)
+
+
+def _npu_chips(text: str, what: str) -> tuple[KeyValues, ...]:
+    return tuple(s.raw for s in parse_npu_smi_sections(text, what) if s.is_npu_chip)
+
+
+@dataclass(frozen=True, slots=True)
 class BoardInfo:
     """``npu-smi info -t board -i N`` (card view) or ``... -i N -c C -t board`` (chip view)."""
 
@@ -250,6 +325,8 @@ class BoardInfo:
     chip_name: str | None
     chip_version: str | None
     raw: KeyValues
+    chips: tuple[BoardInfo, ...] = ()
+    """One value per NPU chip section (a ``-c C`` chip view has one; a card view has none)."""
 
     @property
     def compatible(self) -> bool | None:
@@ -268,6 +345,10 @@ def parse_npu_smi_board(text: str) -> BoardInfo:
         raise ParseError(
             f"expected board fields (Software Version, Firmware Version, ...) in '{what}' output"
         )
+    return replace(_board(kv), chips=tuple(_board(c) for c in _npu_chips(text, what)))
+
+
+def _board(kv: KeyValues) -> BoardInfo:
     return BoardInfo(
         npu_id=_opt_int(kv.get("NPU ID"), "NPU ID"),
         chip_id=_opt_int(kv.get("Chip ID"), "Chip ID"),
@@ -315,6 +396,8 @@ class UsagesInfo:
     npu_utilization_pct: int | None
     aicube_usage_pct: int | None
     raw: KeyValues
+    chips: tuple[UsagesInfo, ...] = ()
+    """One value per NPU chip section, in output order (two on a 300I Duo card or an A3 NPU)."""
 
 
 def parse_npu_smi_usages(text: str) -> UsagesInfo:
@@ -323,7 +406,10 @@ def parse_npu_smi_usages(text: str) -> UsagesInfo:
     kv = parse_npu_smi_key_values(text, what)
     if "HBM Capacity(MB)" not in kv and "Aicore Usage Rate(%)" not in kv:
         raise ParseError(f"expected 'HBM Capacity(MB)' or 'Aicore Usage Rate(%)' in '{what}' output")
+    return replace(_usages(kv), chips=tuple(_usages(c) for c in _npu_chips(text, what)))
 
+
+def _usages(kv: KeyValues) -> UsagesInfo:
     def i(key: str) -> int | None:
         return _opt_int(kv.get(key), key)
 
@@ -349,28 +435,49 @@ def parse_npu_smi_usages(text: str) -> UsagesInfo:
     )
 
 
+POWER_KEYS = ("NPU Real-time Power(W)", "Rated Power Dissipation(W)", "Power Dissipation(W)")
+"""The power keys npu-smi prints (hicann/driver ``npucli/src/npu_chip_info.c``): NPU chips print
+``NPU Real-time Power(W)``, a 310 NPU chip ``Rated Power Dissipation(W)``, a management chip (the MCU,
+which on a 310P card is the only one answering ``-t power``) ``Power Dissipation(W)``. Only the first
+has a public capture; the others are accepted because the tool's source prints them."""
+
+
 @dataclass(frozen=True, slots=True)
 class PowerInfo:
-    """``npu-smi info -t power -i N``: ``NPU Real-time Power(W)`` (None when the tool prints NA)."""
+    """``npu-smi info -t power -i N``: the first of :data:`POWER_KEYS` present (None when printed NA).
+
+    ``key`` names the key it came from; ``chips`` holds one value per NPU chip section.
+    """
 
     npu_id: int | None
     chip_id: int | None
     power_w: float | None
     raw: KeyValues
+    key: str = POWER_KEYS[0]
+    chips: tuple[PowerInfo, ...] = ()
 
 
 def parse_npu_smi_power(text: str) -> PowerInfo:
-    """Parse ``npu-smi info -t power -i N``."""
+    """Parse ``npu-smi info -t power -i N`` (also ``-c C``)."""
     what = "npu-smi info -t power"
     kv = parse_npu_smi_key_values(text, what)
-    value = kv.first("NPU Real-time Power(W)", "Real-time Power(W)", "Power(W)")
-    if value is None:
-        raise ParseError(f"expected key 'NPU Real-time Power(W)' in '{what}' output")
+    top = _power(kv)
+    if top is None:
+        raise ParseError(f"expected one of {', '.join(repr(k) for k in POWER_KEYS)} in '{what}' output")
+    chips = tuple(p for p in map(_power, _npu_chips(text, what)) if p is not None)
+    return replace(top, chips=chips)
+
+
+def _power(kv: KeyValues) -> PowerInfo | None:
+    key = next((k for k in POWER_KEYS if k in kv), None)
+    if key is None:
+        return None
     return PowerInfo(
         npu_id=_opt_int(kv.get("NPU ID"), "NPU ID"),
         chip_id=_opt_int(kv.get("Chip ID"), "Chip ID"),
-        power_w=_opt_float(value, "NPU Real-time Power(W)"),
+        power_w=_opt_float(kv.get(key), key),
         raw=kv,
+        key=key,
     )
 
 
@@ -387,6 +494,8 @@ class TempInfo:
     npu_temp_c: float | None
     sensors: tuple[tuple[str, float], ...]
     raw: KeyValues
+    chips: tuple[TempInfo, ...] = ()
+    """One value per NPU chip section (their ``sensors`` hold that chip's readings only)."""
 
     def sensor(self, name: str) -> float | None:
         want = _norm_key(name)
@@ -400,9 +509,17 @@ def parse_npu_smi_temp(text: str) -> TempInfo:
     """Parse ``npu-smi info -t temp -i N``."""
     what = "npu-smi info -t temp"
     kv = parse_npu_smi_key_values(text, what)
+    top = _temp(kv)
+    if top is None:
+        raise ParseError(f"expected key 'NPU Temperature (C)' in '{what}' output")
+    chips = tuple(t for t in map(_temp, _npu_chips(text, what)) if t is not None)
+    return replace(top, chips=chips)
+
+
+def _temp(kv: KeyValues) -> TempInfo | None:
     main_key = next((k for k in ("NPU Temperature (C)", "Temperature(C)") if k in kv), None)
     if main_key is None:
-        raise ParseError(f"expected key 'NPU Temperature (C)' in '{what}' output")
+        return None
     sensors: list[tuple[str, float]] = []
     for k, v in kv.pairs:
         if _norm_key(k) != _norm_key(main_key) and _norm_key(k).endswith("(c)"):
@@ -462,6 +579,9 @@ class CommonInfo:
     temp_c: int | None
     power_w: float | None
     raw: KeyValues
+    chips: tuple[CommonInfo, ...] = ()
+    """One value per NPU chip section. The card-level fields above take each key's first occurrence,
+    so on a 300I Duo ``power_w`` is the MCU's (the card's) power and each chip's is None."""
 
 
 def parse_npu_smi_common(text: str) -> CommonInfo:
@@ -470,7 +590,10 @@ def parse_npu_smi_common(text: str) -> CommonInfo:
     kv = parse_npu_smi_key_values(text, what)
     if "Aicore Usage Rate(%)" not in kv and "Temperature(C)" not in kv:
         raise ParseError(f"expected 'Aicore Usage Rate(%)' and 'Temperature(C)' in '{what}' output")
+    return replace(_common(kv), chips=tuple(_common(c) for c in _npu_chips(text, what)))
 
+
+def _common(kv: KeyValues) -> CommonInfo:
     def i(key: str) -> int | None:
         return _opt_int(kv.get(key), key)
 
@@ -498,6 +621,8 @@ class EccInfo:
     chip_id: int | None
     counts: tuple[tuple[str, int], ...]
     raw: KeyValues
+    chips: tuple[EccInfo, ...] = ()
+    """One value per NPU chip section."""
 
     def count(self, name: str) -> int | None:
         want = _norm_key(name)
@@ -524,6 +649,13 @@ def parse_npu_smi_ecc(text: str) -> EccInfo:
     """Parse ``npu-smi info -i N -t ecc``."""
     what = "npu-smi info -t ecc"
     kv = parse_npu_smi_key_values(text, what)
+    top = _ecc(kv)
+    if not top.counts and not any("error" in k.lower() for k, _ in kv.pairs):
+        raise ParseError(f"expected error counters ('HBM Single Bit Error Count', ...) in '{what}' output")
+    return replace(top, chips=tuple(_ecc(c) for c in _npu_chips(text, what)))
+
+
+def _ecc(kv: KeyValues) -> EccInfo:
     counts: list[tuple[str, int]] = []
     for k, v in kv.pairs:
         low = k.lower()
@@ -531,8 +663,6 @@ def parse_npu_smi_ecc(text: str) -> EccInfo:
             n = _opt_int(v, k)
             if n is not None:
                 counts.append((k, n))
-    if not counts and not any("error" in k.lower() for k, _ in kv.pairs):
-        raise ParseError(f"expected error counters ('HBM Single Bit Error Count', ...) in '{what}' output")
     return EccInfo(
         npu_id=_opt_int(kv.get("NPU ID"), "NPU ID"),
         chip_id=_opt_int(kv.get("Chip ID"), "Chip ID"),

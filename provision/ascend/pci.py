@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from provision.ascend.hardware import pci_families
 from provision.ascend.npu_smi import ParseError
 
 __all__ = [
@@ -33,13 +34,9 @@ __all__ = [
 
 HUAWEI_VENDOR_ID = 0x19E5
 PROCESSING_ACCELERATOR_CLASS = 0x1200
-ASCEND_MODELS: dict[int, str] = {
-    0xD802: "910B",
-    0xD801: "910",
-    0xD500: "310P",
-    0xD100: "310",
-}
-"""PCI device id (vendor 0x19e5) → Ascend model."""
+ASCEND_MODELS: dict[int, str] = pci_families()
+"""PCI device id (vendor 0x19e5) → Ascend chip family (``provision/data/hardware.yml``): 0xd802 = 910B,
+0xd803 = 910_93 (Atlas A3), 0xd801 = 910, 0xd500 = 310P, 0xd100 = 310."""
 
 
 def ascend_model(device_id: int | None) -> str | None:

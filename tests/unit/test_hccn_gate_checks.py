@@ -1,4 +1,4 @@
-"""The HCCN gate of multi-node serving groups (issue 5): serving groups from the inventory, the probe's
+"""The HCCN gate of multi-node serving groups: serving groups from the inventory, the probe's
 output parsed with provision.ascend's hccn parsers, the verdict and its messages, the vllm_serve filter's
 head/worker arguments, and the probe script run against the simulated hccn_tool in a temporary node root."""
 
@@ -150,17 +150,13 @@ Error: the ip address of device 5 is not configured.
 {TLS.format(n=5, v=1)}
 
 @@@provision ping 0 10.201.0.12 0
-PING 10.201.0.12 from device 0
-64 bytes from 10.201.0.12: icmp_seq=0 time=0.071 ms
-
---- 10.201.0.12 hccn_tool ping statistics ---
+device 0 PING 10.201.0.12
+recv seq=0,time=0.071000ms
 1 packets transmitted, 1 received, 0.00% packet loss
 
 @@@provision ping 5 10.201.5.12 0
-PING 10.201.5.12 from device 5
+device 5 PING 10.201.5.12
 recv time out seq=0
-
---- 10.201.5.12 hccn_tool ping statistics ---
 1 packets transmitted, 0 received, 100.00% packet loss
 
 @@@provision ss 0

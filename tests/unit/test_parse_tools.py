@@ -53,12 +53,13 @@ def test_ip_with_real_addresses_and_no_netmask() -> None:
     assert parse_hccn_ip("ipaddr: 10.0.0.1\n").netmask is None
 
 
-def test_netdetect_chosen_format() -> None:
+def test_netdetect_both_spellings() -> None:
     assert parse_hccn_netdetect("netdetect address: 10.0.0.254\n") == "10.0.0.254"
+    assert parse_hccn_netdetect("netdetect addr: 10.0.0.254\n") == "10.0.0.254"
 
 
-def test_gateway_chosen_format() -> None:
-    gw = parse_hccn_gateway("default gateway:10.0.0.254, ifname: eth0\n")
+def test_gateway_real_format() -> None:
+    gw = parse_hccn_gateway("default gateway:10.0.0.254, Iface:eth0\n")
     assert (gw.gateway, gw.ifname) == ("10.0.0.254", "eth0")
     assert parse_hccn_gateway("default gateway: 10.0.0.1\n").ifname is None
 
@@ -72,23 +73,20 @@ def test_tls_enabled() -> None:
     assert (tls.dev_id, tls.enabled, tls.preconfigured, tls.alarm_threshold_days) == (3, True, False, 30)
 
 
+# The real formats (tests/fixtures/samples/hccn_tool_real_captures.txt), with other values.
 PING_OK = """\
-PING 10.0.0.2 from device 0
-64 bytes from 10.0.0.2: icmp_seq=0 time=0.071 ms
-64 bytes from 10.0.0.2: icmp_seq=1 time=0.065 ms
-64 bytes from 10.0.0.2: icmp_seq=2 time=0.066 ms
-
---- 10.0.0.2 hccn_tool ping statistics ---
+device 0 PING 10.0.0.2
+recv seq=0,time=0.071000ms
+recv seq=1,time=0.065000ms
+recv seq=2,time=0.066000ms
 3 packets transmitted, 3 received, 0.00% packet loss
 """
 
 PING_ALL_LOST = """\
-PING 10.0.0.9 from device 0
+device 0 PING 10.0.0.9
 recv time out seq=0
 recv time out seq=1
 recv time out seq=2
-
---- 10.0.0.9 hccn_tool ping statistics ---
 3 packets transmitted, 0 received, 100.00% packet loss
 """
 

@@ -25,11 +25,14 @@ from provision.ascend import (
     parse_driver_version_info,
     parse_firmware_version_info,
     parse_hccn_fec,
+    parse_hccn_gateway,
     parse_hccn_ip,
     parse_hccn_key_values,
     parse_hccn_link,
     parse_hccn_link_stat,
     parse_hccn_net_health,
+    parse_hccn_netdetect,
+    parse_hccn_ping,
     parse_hccn_tls,
     parse_install_log,
     parse_lspci,
@@ -512,6 +515,138 @@ def check_usages_b(text: str) -> None:
     assert u.npu_utilization_pct is None
 
 
+# -- hccn_tool_real_captures.txt (MindIE guides, GPUStack) --------------------------------------------
+
+
+def check_real_ip(text: str) -> None:
+    ip = parse_hccn_ip(text)
+    assert (ip.ipaddr, ip.netmask) == ("11.12.165.80", "255.255.255.0")  # the first of 8 ports
+
+
+def ping_check(device: int | None, target: str | None, received: int, loss: float, ok: bool) -> Check:
+    def check(text: str) -> None:
+        r = parse_hccn_ping(text)
+        assert (r.device, r.target, r.transmitted, r.received, r.loss_pct, r.success) == (
+            device,
+            target,
+            3,
+            received,
+            loss,
+            ok,
+        )
+        assert r.timeouts == (0 if ok else 1)
+
+    check.__name__ = f"check_ping_{'ok' if ok else 'loss'}_{device}"
+    return check
+
+
+def check_real_lldp(text: str) -> None:
+    kv = parse_hccn_key_values(text)
+    assert kv.get_all("Ifname") == ("400GE1/1/5:1", "400GE1/1/5:2")  # the value keeps its colon
+
+
+def check_real_link_up(text: str) -> None:
+    assert parse_hccn_link(text) == "UP"
+
+
+def check_real_link_down(text: str) -> None:
+    assert parse_hccn_link(text) == "DOWN"
+
+
+def check_real_net_health(text: str) -> None:
+    h = parse_hccn_net_health(text)
+    assert (h.status, h.code, h.ok) == ("Success", 0, True)
+
+
+def check_real_netdetect(text: str) -> None:
+    assert parse_hccn_netdetect(text) == "11.12.165.1"
+
+
+def gateway_check(gateway: str, iface: str) -> Check:
+    def check(text: str) -> None:
+        gw = parse_hccn_gateway(text)
+        assert (gw.gateway, gw.ifname) == (gateway, iface)
+
+    check.__name__ = f"check_gateway_{iface}"
+    return check
+
+
+def check_real_tls(text: str) -> None:
+    t = parse_hccn_tls(text)
+    assert (t.dev_id, t.enabled, t.preconfigured, t.alarm_threshold_days) == (3, False, True, 60)
+
+
+def check_set_is_no_getter_output(text: str) -> None:
+    assert text.strip() == "Cmd executed successfully!"
+    with pytest.raises(ParseError):
+        parse_hccn_tls(text)
+    with pytest.raises(ParseError):
+        parse_hccn_gateway(text)
+
+
+# -- multi-chip npu-smi outputs (gpustack; vllm-ascend#5850 A3; Syllo/nvtop#421 300I Duo) --------------
+
+
+def check_common_910b_mcu(text: str) -> None:
+    c = parse_npu_smi_common(text)
+    assert (c.npu_id, c.chip_count, c.chip_id, c.temp_c, c.power_w) == (0, 1, 0, 46, 69.0)
+    assert [(x.chip_id, x.temp_c, x.aicore_count) for x in c.chips] == [(0, 46, 32)]  # the mcu is no chip
+    assert c.raw.get_all("NPU Real-time Power(W)") == ("69.0", "45.2")
+
+
+def check_common_310p_duo(text: str) -> None:
+    c = parse_npu_smi_common(text)
+    assert (c.npu_id, c.chip_count) == (1, 2)
+    assert [(x.chip_id, x.temp_c, x.memory_usage_pct, x.aicore_cur_freq_mhz, x.power_w) for x in c.chips] == [
+        (0, 60, 3, 960, None),
+        (1, 59, 3, 960, None),
+    ]
+    assert c.power_w == 45.2  # only the MCU prints the card's power
+    assert c.raw.get_all("Temperature(C)") == ("60", "59", "48")
+
+
+def check_usages_310p_duo(text: str) -> None:
+    u = parse_npu_smi_usages(text)
+    assert (u.npu_id, u.chip_count) == (1, 2)
+    assert [(x.chip_id, x.ddr_capacity_mb, x.ctrlcpu_usage_pct, x.hbm_capacity_mb) for x in u.chips] == [
+        (0, 44280, 2, None),
+        (1, 43693, 3, None),
+    ]
+    assert [x.raw.get("DDR Bandwidth Usage Rate(%)") for x in u.chips] == ["51", "51"]
+
+
+def check_info_a3(text: str) -> None:
+    info = parse_npu_smi_info(text)
+    assert (info.version, info.driver_version) == ("25.2.1", "25.2.1")
+    assert info.npu_ids == tuple(range(8)) and len(info.npus) == 16
+    assert [(n.chip_id, n.chip_device) for n in info.npus[:4]] == [(0, 0), (1, 1), (0, 2), (1, 3)]
+    die1 = info.npu(3, 1)
+    assert (die1.name, die1.chip_device, die1.bus_id, die1.power_w, die1.temp_c) == (
+        "Ascend910",
+        7,
+        "0000:93:00.0",
+        None,
+        36,
+    )
+    assert (info.npu(7, 1).hbm_used_mb, info.npu(7, 1).hbm_total_mb) == (2879, 65536)
+    assert info.npu(0, 0).power_w == 161.8
+    assert info.all_healthy and info.process_table and not info.processes
+
+
+def check_info_310p_duo(text: str) -> None:
+    info = parse_npu_smi_info(text)
+    assert (info.version, info.driver_version) == ("25.2.0", "25.2.0")
+    assert [(n.id, n.chip_id, n.chip_device, n.name, n.power_w, n.temp_c) for n in info.npus] == [
+        (2, 0, 0, "310P3", None, 45),
+        (2, 1, 1, "310P3", None, 43),
+    ]
+    assert [(n.memory_used_mb, n.memory_total_mb, n.hbm_total_mb) for n in info.npus] == [
+        (1529, 44280, None),
+        (1412, 43693, None),
+    ]
+    assert {n.bus_id for n in info.npus} == {"0000:01:00.0"}  # both chips print the card's address
+
+
 Check = Callable[[str], None]
 
 EXPECTED: dict[str, list[Check]] = {
@@ -535,7 +670,27 @@ EXPECTED: dict[str, list[Check]] = {
         check_link_stat,
         check_net_health_success,
     ],
+    "hccn_tool_real_captures.txt": [
+        check_real_ip,
+        ping_check(0, "11.12.165.80", 3, 0.0, True),
+        ping_check(7, "11.12.165.80", 3, 0.0, True),
+        check_real_lldp,
+        check_real_link_up,
+        check_real_net_health,
+        check_real_netdetect,
+        gateway_check("11.12.165.1", "eth0"),
+        gateway_check("11.12.165.1", "eth7"),
+        check_real_tls,
+        check_set_is_no_getter_output,
+        ping_check(0, "10.10.100.10", 3, 0.0, True),
+        ping_check(None, None, 2, 33.33, False),
+        gateway_check("192.168.6.1", "eth0"),
+        check_real_link_down,
+    ],
     "lspci_d802.txt": [check_lspci],
+    "npu_smi_info_310p3_duo.txt": [check_info_310p_duo],
+    "npu_smi_info_910_93_a3.txt": [check_info_a3],
+    "npu_smi_multichip_key_values.txt": [check_common_910b_mcu, check_common_310p_duo, check_usages_310p_duo],
     "npu_smi_info_910b3_8npu.txt": [check_910b3],
     "npu_smi_info_910b4_8npu_idle_full.txt": [check_910b4],
     "npu_smi_info_l.txt": [check_list],
@@ -565,7 +720,7 @@ def test_sample_output(name: str, index: int, check: Check) -> None:
     check(outputs(name)[index].text)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.iterdir()))
+@pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.glob("*.txt")))
 def test_every_sample_file_is_covered(name: str) -> None:
     """Each fixture file has a check per output; a new sample file or output fails here."""
     assert name in EXPECTED, f"no checks for sample {name}"
@@ -576,14 +731,15 @@ def test_every_sample_file_is_covered(name: str) -> None:
 
 
 def test_fixture_samples_keep_source_lines() -> None:
-    for path in SAMPLES.iterdir():
+    for path in SAMPLES.glob("*.txt"):
         assert "SOURCE" in path.read_text(encoding="utf-8"), path.name
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="shared reference samples not present")
 def test_fixtures_are_verbatim_copies_of_reference() -> None:
+    """Every reference sample is here byte for byte; captures found since sit beside them (README.md)."""
     ref = sorted(p.name for p in REFERENCE.iterdir())
-    assert sorted(p.name for p in SAMPLES.iterdir()) == ref
+    assert set(ref) <= {p.name for p in SAMPLES.iterdir()}
     for name in ref:
         assert (SAMPLES / name).read_bytes() == (REFERENCE / name).read_bytes(), name
 

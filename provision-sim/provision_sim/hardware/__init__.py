@@ -1,4 +1,4 @@
-"""Simulated Ascend 910B hardware for simulated nodes: the controller-side API.
+"""Simulated Ascend hardware (Atlas A2, Atlas A3, Atlas 300I Duo) for simulated nodes: the controller API.
 
 The simulator is the only place hardware is faked. Inside a node, production code calls the real
 names — ``lspci``, ``npu-smi``, ``/usr/local/Ascend/driver/tools/hccn_tool``, the vendor ``.run``
@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from provision.ascend import hardware as models
 from provision.errors import ProvisionError
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "node_source",
     "npu_fabric_addresses",
     "npu_fabric_gateways",
+    "resolve_model",
     "set_faults",
     "write_node_config",
 ]
@@ -85,8 +87,56 @@ MODELS: dict[str, dict[str, int]] = {
     "910B2C": {"hbm_mb": 65536, "aicore": 24, "hbm_base_mb": 3370},
     "910B3": {"hbm_mb": 65536, "aicore": 20, "hbm_base_mb": 3300},
     "910B4": {"hbm_mb": 32768, "aicore": 20, "hbm_base_mb": 2640},
+    # Atlas A3: idle HBM 2876..3133 MB per die in vllm-ascend#5850. The AI core count has no capture.
+    "Ascend910": {"hbm_mb": 65536, "aicore": 24, "hbm_base_mb": 2880},
+    # Atlas 300I Duo: DDR only, 1412..1529 MB used idle of 44280 / 43693 (Syllo/nvtop#421).
+    "310P3": {"hbm_mb": 0, "ddr_mb": 44280, "aicore": 8, "hbm_base_mb": 1410},
 }
-"""npu-smi ``Name`` → HBM capacity (MB), AI cores, idle HBM usage of the driver."""
+"""npu-smi ``Name`` → HBM (or DDR) capacity (MB), AI cores, idle memory usage of the driver."""
+
+MODEL_ALIASES = {"910_93": "Ascend910", "a3": "Ascend910", "300i-duo": "310P3"}
+"""``provision sim up --model`` names besides the npu-smi names (case-insensitive)."""
+
+A3_BUS_IDS = (
+    "0000:9D:00.0",
+    "0000:9F:00.0",
+    "0000:99:00.0",
+    "0000:9B:00.0",
+    "0000:95:00.0",
+    "0000:97:00.0",
+    "0000:91:00.0",
+    "0000:93:00.0",
+    "0000:8D:00.0",
+    "0000:8F:00.0",
+    "0000:89:00.0",
+    "0000:8B:00.0",
+    "0000:85:00.0",
+    "0000:87:00.0",
+    "0000:81:00.0",
+    "0000:83:00.0",
+)
+"""Chip (phy id) → PCIe address of an Atlas 800 A3, as its npu-smi prints them (vllm-ascend#5850)."""
+
+BOARDS: dict[str, dict[str, str]] = {
+    # IT21HMDC_Bin5 / 0x60 / subsystem 0x3003: the 910B board capture (tests/fixtures/samples).
+    "a2": {"product_name": "IT21HMDC_Bin5", "board_id": "0x60", "subsystem_device": "0x3003"},
+    # No public `-t board` capture of an A3 or a 300I Duo: placeholders the parsers read like any value.
+    "a3": {"product_name": "NA", "board_id": "0x71", "subsystem_device": "0x3001"},
+    "300i-duo": {"product_name": "NA", "board_id": "0x64", "subsystem_device": "0x0100"},
+}
+
+
+def resolve_model(name: str) -> str:
+    """``910b3`` → ``910B3``, ``910_93`` → ``Ascend910``, ``310p3`` → ``310P3`` (the npu-smi Name)."""
+    want = name.strip().lower()
+    for key in MODELS:
+        if key.lower() == want:
+            return key
+    if want in MODEL_ALIASES:
+        return MODEL_ALIASES[want]
+    known = ", ".join([*MODELS, *MODEL_ALIASES])
+    raise ProvisionError(f"unknown NPU model {name!r}; known: {known}")
+
 
 BUS_IDS = (
     "0000:C1:00.0",
@@ -202,6 +252,30 @@ def npu_fabric_gateways(npus: int, npu_net: str = "10.201") -> list[str]:
     return [f"{npu_net}.{n}.1/24" for n in range(npus)]
 
 
+def _layout(model: str, chips: int) -> tuple[models.HardwareModel, list[tuple[int, int, str, str]]]:
+    """(hardware model, per chip: (NPU id, chip id on the NPU, npu-smi Bus-Id, PCI address))."""
+    spec = models.model_for_chip(model)
+    if spec is None:
+        raise ProvisionError(f"NPU model {model!r} is not in provision/data/hardware.yml")
+    per = spec.chips_per_npu
+    if chips % per:
+        raise ProvisionError(f"a {spec.product} has {per} chips per NPU: npus must be a multiple of {per}")
+    out: list[tuple[int, int, str, str]] = []
+    for n in range(chips):
+        npu, chip = divmod(n, per)
+        if spec.name == "a3":
+            bus = pci = A3_BUS_IDS[n]
+        elif spec.name == "300i-duo":
+            # One PCI function per chip (Huawei's bug-report script counts 310P chips with `lspci | grep
+            # d500`), but npu-smi prints the card's address for both chips (Syllo/nvtop#421).
+            pci = f"0000:{n + 1:02X}:00.0"
+            bus = f"0000:{npu * per + 1:02X}:00.0"
+        else:
+            bus = pci = BUS_IDS[n]
+        out.append((npu, chip, bus, pci))
+    return spec, out
+
+
 def node_config(
     *,
     name: str,
@@ -214,32 +288,42 @@ def node_config(
 ) -> dict[str, Any]:
     """The content of a node's ``hardware.json`` (values derive from ``index`` so nodes differ).
 
-    NPU ``n`` of node ``index`` has the RoCE address ``<npu_net>.<n>.<10 + index>/24`` (one /24 per NPU
+    ``model`` is the npu-smi Name (``910B3``, ``Ascend910`` for an A3, ``310P3`` for a 300I Duo) or an
+    alias of :func:`resolve_model`. ``npus`` counts CHIPS (devices ``/dev/davinciN``, hccn_tool ports): an
+    A3 node has 16 (8 NPUs x 2), a 300I Duo card 2. Entry ``n`` of ``npus`` is chip ``n``: its ``npu_id``
+    and ``chip_id`` say where npu-smi shows it.
+
+    Chip ``n`` of node ``index`` has the RoCE address ``<npu_net>.<n>.<10 + index>/24`` (one /24 per port
     "rail", like real multi-node HCCL fabrics) and gateway ``<npu_net>.<n>.1``; no netdetect address
     (``-net_health -g`` says ``Init`` until ``-netdetect -s`` sets one).
     """
-    if model not in MODELS:
-        raise ProvisionError(f"unknown NPU model {model!r}; known: {', '.join(MODELS)}")
+    model = resolve_model(model)
     if not 1 <= npus <= len(BUS_IDS):
         raise ProvisionError(f"npus must be 1..{len(BUS_IDS)}, got {npus}")
     if not 0 <= index <= 240:
         raise ProvisionError(f"index must be 0..240, got {index}")
     spec = MODELS[model]
+    hw, layout = _layout(model, npus)
     addresses = npu_fabric_addresses(index, npus, npu_net)
     gateways = npu_fabric_gateways(npus, npu_net)
     npu_list: list[dict[str, Any]] = []
-    for n in range(npus):
-        bus_id = BUS_IDS[n]
-        numa, cpus = _cpu_affinity(int(bus_id[5:7], 16))
+    for n, (npu_id, chip_id, bus_id, pci_address) in enumerate(layout):
+        numa, cpus = _cpu_affinity(int(pci_address[5:7], 16))
+        ddr = spec.get("ddr_mb", 0) - (587 if chip_id % 2 else 0)  # the two 310P chips differ (nvtop#421)
         npu_list.append(
             {
                 "id": n,
+                "npu_id": npu_id,
+                "chip_id": chip_id,
                 "bus_id": bus_id,
-                "serial": f"1025C9{index:03d}{n:03d}",
+                "pci_address": pci_address,
+                "serial": f"1025C9{index:03d}{npu_id:03d}",
                 "vdie_id": f"{index:08X} 20B03704 4A10C8D4 14CC040A D21020{n:02X}",
                 "ndie_id": f"{index:08X} 20401010 4E10C8D4 14CC040A A41020{n:02X}",
                 "hbm_total_mb": spec["hbm_mb"],
-                "hbm_used_mb": spec["hbm_base_mb"] + (index * 7 + n * 11) % 30,
+                "hbm_used_mb": (spec["hbm_base_mb"] + (index * 7 + n * 11) % 30) if spec["hbm_mb"] else 0,
+                "memory_total_mb": max(ddr, 0),
+                "memory_used_mb": (spec["hbm_base_mb"] + (index * 7 + n * 11) % 30) if ddr > 0 else 0,
                 "power_w": round(88.0 + ((index * 37 + n * 53) % 160) / 10.0, 1),
                 "temp_c": 36 + (index * 5 + n * 3) % 11,
                 "aicore_count": spec["aicore"],
@@ -253,23 +337,27 @@ def node_config(
                 "processes": [],
             }
         )
+    board = BOARDS[hw.name]
     return {
         "schema": 1,
         "node": {"name": name, "index": index},
         "model": model,
+        "hardware_model": hw.name,
+        "chips_per_npu": hw.chips_per_npu,
         "pci": {
             "vendor": "0x19e5",
-            "device": "0xd802",
+            "device": hw.pci_device_id,
             "class": "0x120000",
+            # rev 20 is the 910B capture's; no lspci capture of the others gives theirs.
             "revision": "0x20",
             "subsystem_vendor": "0x19e5",
-            "subsystem_device": "0x3003",
+            "subsystem_device": board["subsystem_device"],
         },
         "board": {
-            "product_name": "IT21HMDC_Bin5",
+            "product_name": board["product_name"],
             "model": "NA",
             "manufacturer": "Huawei",
-            "board_id": "0x60",
+            "board_id": board["board_id"],
             "pcb_id": "A",
             "bom_id": "1",
         },

@@ -1,9 +1,9 @@
 """``/usr/local/Ascend/driver/tools/hccn_tool``: the NPU network ports (RoCE) of a node.
 
-Getters print the verbatim formats of ``samples/hccn_tool_outputs.txt``; for the three without a
-verbatim capture (netdetect, gateway, ping) they print exactly the formats that
-``provision.ascend.hccn`` documents. Setters persist to ``/etc/hccn.conf`` (``address_N=``,
-``netmask_N=``, ``netdetect_N=``, ``gateway_N=``), which then overrides ``hardware.json``; the TLS switch
+Getters print the verbatim formats of ``tests/fixtures/samples/hccn_tool_outputs.txt`` and
+``hccn_tool_real_captures.txt`` (netdetect, gateway, ping: real captures, sources in that folder's
+README). Setters persist to ``/etc/hccn.conf`` (``address_N=``, ``netmask_N=``, ``netdetect_N=``,
+``gateway_N=``), which then overrides ``hardware.json``; the TLS switch
 (``-tls -s enable 0|1``, which prints ``Cmd executed successfully!`` as in the vendor guides) is device
 state, kept in the simulator's ``state.json`` (it survives reboots), over the NPU's ``tls`` in hardware.json
 (default 0).
@@ -242,7 +242,7 @@ def ping(port: Port, args: Sequence[str]) -> str:
         enter_npu_netns(port.config)
     except OSError as exc:
         raise HccnError(f"Error: the network of device {port.id} is not available ({exc}).") from None
-    lines = [f"PING {target} from device {port.id}"]
+    lines = [f"device {port.id} PING {target}"]
     if port.link_up:
         try:
             rtts = icmp_echo(target, count=count, timeout=1.0, source=port.address)
@@ -254,10 +254,9 @@ def ping(port: Port, args: Sequence[str]) -> str:
         if rtt is None:
             lines.append(f"recv time out seq={seq}")
         else:
-            lines.append(f"64 bytes from {target}: icmp_seq={seq} time={rtt:.3f} ms")
+            lines.append(f"recv seq={seq},time={rtt:.6f}ms")
     received = sum(1 for r in rtts if r is not None)
     loss = 100.0 * (count - received) / count if count else 100.0
-    lines += ["", f"--- {target} hccn_tool ping statistics ---"]
     lines.append(f"{count} packets transmitted, {received} received, {loss:.2f}% packet loss")
     return "\n".join(lines) + "\n"
 
@@ -274,7 +273,7 @@ def getter(port: Port, cmd: str, rest: Sequence[str]) -> str:
     if cmd == "netdetect":
         return f"netdetect address: {port.netdetect or '0.0.0.0'}\n"
     if cmd == "gateway":
-        return f"default gateway:{port.gateway or '0.0.0.0'}, ifname: eth{port.id}\n"
+        return f"default gateway:{port.gateway or '0.0.0.0'}, Iface:eth{port.id}\n"
     if cmd == "tls":
         return (
             f"dev_id:{port.id}, tls switch[{port.tls}](0:disable, 1:enable), "

@@ -1,4 +1,11 @@
-"""``npu-smi``: renderers (byte-for-byte the formats of ``shared/reference/samples``) and the CLI.
+"""``npu-smi``: renderers (byte-for-byte the formats of ``tests/fixtures/samples``) and the CLI.
+
+Three hardware models (``hardware_model`` in hardware.json): ``a2`` (910B, one chip per NPU), ``a3``
+(910_93, two chips per NPU, "Chip  Phy-ID" table of vllm-ascend#5850) and ``300i-duo`` (310P3, two chips
+per card, the 104-column table of Syllo/nvtop#421). Where no capture exists (A3 and 310P key/value
+outputs), the renderers print the key sets and order of npu-smi's own printf calls (hicann/driver
+``src/custom/dev_prod/user/npucli/src``). ``hardware.json``'s ``npus`` lists CHIPS; ``npu_id``/``chip_id``
+place each under its NPU.
 
 The renderers are pure functions of plain values so unit tests can feed them the sample's values
 and compare with the sample text. :func:`main` reads ``hardware.json`` and the loaded-driver state.
@@ -64,69 +71,166 @@ def _fmt_power(value: object) -> str:
     return f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
-def render_info(version: str, driver_version: str, npus: Sequence[Npu], *, process_table: bool = True) -> str:
-    """``npu-smi info``. Each npu: id, name, health, power_w, temp_c, hugepages_used/total, bus_id,
-    aicore_pct, memory_used_mb/total_mb, hbm_used_mb, hbm_total_mb, processes (list of dicts)."""
+def render_info(
+    version: str,
+    driver_version: str,
+    npus: Sequence[Npu],
+    *,
+    process_table: bool = True,
+    chip_phy: bool = False,
+) -> str:
+    """``npu-smi info`` of an A2 (one row pair per NPU) or, with ``chip_phy``, an A3 (one per chip).
+
+    Each row: id, name, health, power_w (a string such as ``-`` prints as is), temp_c,
+    hugepages_used/total, bus_id, aicore_pct, memory_used_mb/total_mb, hbm_used_mb, hbm_total_mb,
+    processes (list of dicts); on an A3 also npu_id, chip_id and phy_id."""
+    chip_header = "Chip  Phy-ID              " if chip_phy else "Chip                      "
     lines = [
         TOP,
         f"| {'npu-smi ' + version:<33}{'Version: ' + driver_version:<62}|",
         SEP,
         "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
-        "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
+        f"| {chip_header}| Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
         SEP_EQ,
     ]
-    for n in npus:
+    for i, n in enumerate(npus):
+        npu = n.get("npu_id", n["id"])
         huge = f"{n.get('hugepages_used', 0):<5}/ {n.get('hugepages_total', 0):<14}"
         lines.append(
-            f"| {n['id']:<6}{n['name']:<20}| {n['health']:<14}| "
+            f"| {npu!s:<6}{n['name']:<20}| {n['health']:<14}| "
             f"{_fmt_power(n['power_w']):<12}{n['temp_c']!s:<18}{huge}|"
         )
         mem = f"{n.get('memory_used_mb', 0):<5}/ {n.get('memory_total_mb', 0)}"
         hbm = f"{n['hbm_used_mb']:<5}/ {n['hbm_total_mb']:<14}"
-        lines.append(f"| {0:<26}| {n['bus_id']:<14}| {n.get('aicore_pct', 0)!s:<12}{mem:<18}{hbm}|")
-        lines.append(SEP_EQ)
+        chip = f"{n.get('chip_id', 0)!s:<5} {n.get('phy_id', n['id'])!s:<20}" if chip_phy else f"{0:<26}"
+        lines.append(f"| {chip}| {n['bus_id']:<14}| {n.get('aicore_pct', 0)!s:<12}{mem:<18}{hbm}|")
+        same_npu = i + 1 < len(npus) and npus[i + 1].get("npu_id", npus[i + 1]["id"]) == npu
+        lines.append(TOP if same_npu else SEP_EQ)
     if process_table:
         lines.append(SEP)
         lines.append(PROC_HEADER)
         lines.append(SEP_EQ)
-        for n in npus:
-            procs = n.get("processes") or []
+        for npu, chips in _by_npu(npus):
+            procs = [(c.get("chip_id", 0), p) for c in chips for p in c.get("processes") or []]
             if not procs:
-                lines.append(f"| {'No running processes found in NPU ' + str(n['id']):<95}|")
-            for p in procs:
-                lines.append(
-                    f"| {n['id']:<8}{0:<18}| {p['pid']!s:<14}| {p['name']!s:<25}| {p['memory_mb']!s:<24}|"
-                )
+                lines.append(f"| {'No running processes found in NPU ' + str(npu):<95}|")
+            for chip_id, p in procs:
+                cells = f"| {npu!s:<8}{chip_id!s:<18}| {p['pid']!s:<14}| "
+                lines.append(cells + f"{p['name']!s:<25}| {p['memory_mb']!s:<24}|")
             lines.append(SEP_EQ)
     return "\n".join(lines) + "\n"
 
 
-def render_list(npu_ids: Sequence[int]) -> str:
+def _by_npu(rows: Sequence[Npu]) -> list[tuple[int, list[Npu]]]:
+    """Rows grouped by NPU id, in order (an A2 row is its own NPU)."""
+    out: list[tuple[int, list[Npu]]] = []
+    for r in rows:
+        npu = int(r.get("npu_id", r["id"]))
+        if out and out[-1][0] == npu:
+            out[-1][1].append(r)
+        else:
+            out.append((npu, [r]))
+    return out
+
+
+TOP_310P = "+" + "-" * 104 + "+"
+SEP_310P = "+" + "-" * 31 + "+" + "-" * 17 + "+" + "-" * 54 + "+"
+EQ_310P = "+" + "=" * 31 + "+" + "=" * 17 + "+" + "=" * 54 + "+"
+
+
+def render_info_310p(
+    version: str, driver_version: str, rows: Sequence[Npu], *, process_table: bool = True
+) -> str:
+    """``npu-smi info`` of 310P cards (Atlas 300I Duo): the widths of Syllo/nvtop#421, which are npu-smi's
+    ``print_total_info`` / ``print_card_total_info_*`` printf formats (hicann/driver npu_info_print.c)."""
+    lines = [
+        TOP_310P,
+        f"| npu-smi {version:<40} Version: {driver_version:<44} |",
+        SEP_310P,
+        "| NPU     Name                  | Health          "
+        "| Power(W)     Temp(C)           Hugepages-Usage(page) |",
+        "| Chip    Device                | Bus-Id          "
+        "| AICore(%)    Memory-Usage(MB)                        |",
+        EQ_310P,
+    ]
+    for npu, chips in _by_npu(rows):
+        for i, n in enumerate(chips):
+            lines.append(
+                f"| {npu:<7} {n['name']:<22}| {n['health']:<15} | {'NA':<12} {n['temp_c']!s:<17} "
+                f"{n.get('hugepages_used', 0):<6}/ {n.get('hugepages_total', 0):<13} |"
+            )
+            mem = f"{n.get('memory_used_mb', 0):<5}/ {n.get('memory_total_mb', 0):<32}"
+            lines.append(
+                f"| {n.get('chip_id', 0)!s:<7} {n['id']!s:<22}| {n['bus_id']:<15} "
+                f"| {n.get('aicore_pct', 0)!s:<12} {mem} |"
+            )
+            if i != len(chips) - 1:
+                lines.append(SEP_310P)
+        lines.append(EQ_310P)
+    if process_table:
+        lines.append(SEP_310P)
+        lines.append(
+            "| NPU     Chip                  | Process id      "
+            "| Process name             | Process memory(MB)        |"
+        )
+        lines.append(EQ_310P)
+        for npu, chips in _by_npu(rows):
+            procs = [(c.get("chip_id", 0), p) for c in chips for p in c.get("processes") or []]
+            for chip_id, p in procs:
+                cells = f"| {npu:<7} {chip_id!s:<22}| {p['pid']!s:<15} "
+                lines.append(cells + f"| {p['name']!s:<24} | {p['memory_mb']!s:<25} |")
+            if not procs:
+                lines.append(f"| No running processes found in NPU {npu:<7}" + " " * 63 + "|")
+            lines.append(EQ_310P)
+    return "\n".join(lines) + "\n"
+
+
+def render_list(npu_ids: Sequence[int], chip_count: int = 1) -> str:
     """``npu-smi info -l``."""
     blocks = [_kv("Total Count", len(npu_ids))]
     for i in npu_ids:
-        blocks.append(_kv("NPU ID", i) + "\n" + _kv("Chip Count", 1))
+        blocks.append(_kv("NPU ID", i) + "\n" + _kv("Chip Count", chip_count))
     return "\n\n".join(blocks) + "\n"
 
 
-def render_chip_map(npu_ids: Sequence[int], chip_name: str) -> str:
-    """``npu-smi info -m`` (chip rows carry no trailing padding, header and Mcu rows do: verbatim)."""
+def render_chip_map(npu_ids: Sequence[int], chip_name: str, chips_per_npu: int = 1) -> str:
+    """``npu-smi info -m`` (chip rows carry no trailing padding, header and Mcu rows do: verbatim). With
+    several chips per NPU the logic ids count on across NPUs and the Mcu row takes the next chip id
+    (``print_mapping_info``; the 310P layout of the gpustack capture)."""
     pad = " " * 8
     lines = [pad + f"{'NPU ID':<31}{'Chip ID':<31}{'Chip Logic ID':<31}{'Chip Name':<30}"]
+    logic = 0
     for i in npu_ids:
-        lines.append(pad + f"{i:<31}{0:<31}{i:<31}{chip_name}")
-        lines.append(pad + f"{i:<31}{1:<31}{'-':<31}{'Mcu':<30}")
+        for chip in range(chips_per_npu):
+            lines.append(pad + f"{i:<31}{chip:<31}{(i if chips_per_npu == 1 else logic):<31}{chip_name}")
+            logic += 1
+        lines.append(pad + f"{i:<31}{chips_per_npu:<31}{'-':<31}{'Mcu':<30}")
+    return "\n".join(lines) + "\n"
+
+
+def render_chip_map_phy(rows: Sequence[Npu]) -> str:
+    """``npu-smi info -m`` of an A3: the extra ``Chip Phy-ID`` column of npu-smi's
+    ``print_mapping_info_910_93`` (no capture; spacing as the A2 sample)."""
+    pad = " " * 8
+    head = ("NPU ID", "Chip ID", "Chip Logic ID", "Chip Phy-ID")
+    lines = [pad + "".join(f"{h:<31}" for h in head) + f"{'Chip Name':<30}"]
+    for r in rows:
+        cells = (r.get("npu_id", r["id"]), r.get("chip_id", 0), r["id"], r["id"])
+        lines.append(pad + "".join(f"{c!s:<31}" for c in cells) + str(r["chip_name"]))
     return "\n".join(lines) + "\n"
 
 
 def render_board(b: Mapping[str, Any]) -> str:
-    """``npu-smi info -t board -i N``."""
-    rows = [
-        ("NPU ID", b["id"]),
+    """``npu-smi info -t board -i N`` (a 310P card prints no product rows: ``print_ascend_board_info``)."""
+    product = [
         ("Product Name", b["product_name"]),
         ("Model", b.get("model", "NA")),
         ("Manufacturer", b.get("manufacturer", "Huawei")),
         ("Serial Number", b["serial"]),
+    ]
+    rows = [
+        ("NPU ID", b["id"]),
+        *(product if b.get("product_rows", True) else []),
         ("Software Version", b["software_version"]),
         ("Firmware Version", b["firmware_version"]),
         ("Compatibility", b["compatibility"]),
@@ -140,7 +244,7 @@ def render_board(b: Mapping[str, Any]) -> str:
         ("PCI Device ID", b["device_id"]),
         ("Subsystem Vendor ID", b["subsystem_vendor_id"]),
         ("Subsystem Device ID", b["subsystem_device_id"]),
-        ("Chip Count", 1),
+        ("Chip Count", b.get("chip_count", 1)),
     ]
     return "\n".join(_kv(k, v) for k, v in rows) + "\n"
 
@@ -149,7 +253,7 @@ def render_board_chip(b: Mapping[str, Any]) -> str:
     """``npu-smi info -t board -i N -c 0`` (chip view)."""
     rows = [
         ("NPU ID", b["id"]),
-        ("Chip ID", 0),
+        ("Chip ID", b.get("chip_id", 0)),
         ("Chip Type", "Ascend"),
         ("Chip Name", b["chip_name"]),
         ("Chip Version", "V1"),
@@ -158,11 +262,122 @@ def render_board_chip(b: Mapping[str, Any]) -> str:
         ("BOM ID", b.get("bom_id", "1")),
         ("VDie ID", b["vdie_id"]),
         ("NDie ID", b["ndie_id"]),
-        ("Chip Position ID", b["id"]),
+        ("Chip Position ID", b.get("chip_position", b["id"])),
         ("PCIe Bus Info", b["bus_id"]),
         ("Firmware Version", b["firmware_version"]),
     ]
+    if b.get("npu_name"):
+        # print_ascend_chip_info: a 910_93 prints its NPU Name and no Chip Type
+        rows = [rows[0], ("NPU Name", b["npu_name"]), *(r for r in rows[1:] if r[0] != "Chip Type")]
     return "\n".join(_kv(k, v) for k, v in rows) + "\n"
+
+
+def _usage_rows(c: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """One chip's ``-t usages`` rows: the 910B/910_93 set, or the 310P set of the gpustack capture."""
+    if c.get("family") == "310P":
+        return [
+            ("DDR Capacity(MB)", c["memory_total_mb"]),
+            ("DDR Usage Rate(%)", c["memory_pct"]),
+            ("DDR Hugepages Total(page)", 0),
+            ("DDR Hugepages Usage Rate(%)", 0),
+            ("Aicore Usage Rate(%)", c.get("aicore_pct", 0)),
+            ("Aicpu Usage Rate(%)", c.get("aicpu_pct", 0)),
+            ("Ctrlcpu Usage Rate(%)", c.get("ctrlcpu_pct", 0)),
+            ("Vectorcore Usage Rate(%)", 0),
+            ("DDR Bandwidth Usage Rate(%)", c.get("ddr_bw_pct", 0)),
+            *((f"DVPP {k} Usage Rate(%)", 0) for k in ("VDEC", "VPC", "VENC", "JPEGE", "JPEGD")),
+        ]
+    return [
+        ("DDR Capacity(MB)", 0),
+        ("DDR Usage Rate(%)", 0),
+        ("DDR Hugepages Total(page)", 0),
+        ("DDR Hugepages Usage Rate(%)", 0),
+        ("HBM Capacity(MB)", c["hbm_total_mb"]),
+        ("HBM Usage Rate(%)", c["hbm_usage_pct"]),
+        ("Aicore Usage Rate(%)", c.get("aicore_pct", 0)),
+        ("Aivector Usage Rate(%)", c.get("aivector_pct", 0)),
+        ("Aicpu Usage Rate(%)", c.get("aicpu_pct", 0)),
+        ("Ctrlcpu Usage Rate(%)", c.get("ctrlcpu_pct", 0)),
+        ("DDR Bandwidth Usage Rate(%)", 0),
+        ("HBM Bandwidth Usage Rate(%)", c.get("hbm_bw_pct", 0)),
+        ("NPU Utilization(%)", c.get("aicore_pct", 0)),
+        ("Aicube Usage Rate(%)", c.get("aicube_pct", 0)),
+    ]
+
+
+def render_card(npu_id: int, sections: Sequence[str], width: int = 31, indent: str = "        ") -> str:
+    """A card-level ``-t <type> -i N``: the NPU ID / Chip Count header, then the chip sections
+    (``show_ascend_card_info`` of npu-smi: a blank line after the header and between sections)."""
+    chips = sum(1 for sec in sections if "Chip ID" in sec)
+    head = _kv("NPU ID", npu_id, indent, width) + "\n" + _kv("Chip Count", chips, indent, width)
+    return head + "\n\n" + "\n\n".join(sections) + "\n"
+
+
+def render_usages_chips(npu_id: int, chips: Sequence[Mapping[str, Any]]) -> str:
+    """``npu-smi info -t usages -i N`` of a card with several chips (``Chip ID`` closes each section)."""
+    return render_card(
+        npu_id,
+        ["\n".join(_kv(k, v) for k, v in [*_usage_rows(c), ("Chip ID", c["chip_id"])]) for c in chips],
+    )
+
+
+def render_common_chips(npu_id: int, chips: Sequence[Mapping[str, Any]], mcu: Mapping[str, Any]) -> str:
+    """``npu-smi info -t common -i N`` of a card with several chips: ``Chip ID`` opens each section, the
+    mcu section ends it (``print_common_info``; the 310P key set is the gpustack capture's)."""
+    sections = []
+    for c in chips:
+        if c.get("family") == "310P":
+            rows = [
+                ("Chip ID", c["chip_id"]),
+                ("Memory Usage Rate(%)", c["memory_pct"]),
+                ("Aicore Usage Rate(%)", c.get("aicore_pct", 0)),
+                ("Aicore Freq(MHZ)", c["aicore_freq_mhz"]),
+                ("Aicore curFreq(MHZ)", c.get("aicore_cur_freq_mhz", c["aicore_freq_mhz"])),
+                ("Temperature(C)", c["temp_c"]),
+            ]
+        else:
+            rows = [
+                ("Chip ID", c["chip_id"]),
+                ("Memory Usage Rate(%)", c.get("memory_pct", 0)),
+                ("HBM Usage Rate(%)", c["hbm_usage_pct"]),
+                ("Aicore Usage Rate(%)", c.get("aicore_pct", 0)),
+                ("Aicore Freq(MHZ)", c["aicore_freq_mhz"]),
+                ("Aicore curFreq(MHZ)", c.get("aicore_cur_freq_mhz", c["aicore_freq_mhz"])),
+                ("Aicore Count", c["aicore_count"]),
+                ("Temperature(C)", c["temp_c"]),
+                ("NPU Real-time Power(W)", _fmt_power(c["power_w"])),
+            ]
+        sections.append("\n".join(_kv(k, v) for k, v in rows))
+    mcu_rows: list[tuple[str, object]] = [("Chip Name", "mcu"), ("Temperature(C)", mcu["temp_c"])]
+    if mcu.get("power_w") is not None:  # print_mcu_common_info: only 310-class cards print the MCU's power
+        mcu_rows.append(("NPU Real-time Power(W)", _fmt_power(mcu["power_w"])))
+    sections.append("\n".join(_kv(k, v) for k, v in mcu_rows))
+    return render_card(npu_id, sections)
+
+
+def render_power_chips(npu_id: int, chips: Sequence[Mapping[str, Any]], mcu_power_w: float | None) -> str:
+    """``npu-smi info -t power -i N`` of a card with several chips. A 310P chip answers NOT_SUPPORT and
+    is left out; the MCU then prints ``Power Dissipation(W)`` (``show_ascend_chip_power_info``)."""
+    sections = [
+        _kv("NPU Real-time Power(W)", _fmt_power(c["power_w"])) + "\n" + _kv("Chip ID", c["chip_id"])
+        for c in chips
+        if c.get("family") != "310P"
+    ]
+    if mcu_power_w is not None:
+        sections.append(_kv("Power Dissipation(W)", _fmt_power(mcu_power_w)) + "\n" + _kv("Chip Name", "MCU"))
+    text = render_card(npu_id, sections)
+    if not any("Chip ID" in sec for sec in sections):  # Chip Count counts the card's chips, not the answers
+        text = text.replace(_kv("Chip Count", 0), _kv("Chip Count", len(chips)), 1)
+    return text
+
+
+def render_temp_chips(npu_id: int, chips: Sequence[Mapping[str, Any]], lm75: int) -> str:
+    """``npu-smi info -t temp -i N`` of a card with several chips (MCU section as on the A2 sample)."""
+    sections = [_kv("NPU Temperature (C)", c["temp_c"]) + "\n" + _kv("Chip ID", c["chip_id"]) for c in chips]
+    sections.append(
+        _kv("LM75A_TE (C)", lm75) + "\n" + _kv("LM75B_TE (C)", lm75) + "\n" + _kv("Chip Name", "MCU")
+    )
+    return render_card(npu_id, sections)
 
 
 def render_usages(u: Mapping[str, Any]) -> str:
@@ -339,31 +554,58 @@ class Node:
         self.config = config
         self.loaded = loaded
         self.npus: list[Mapping[str, Any]] = list(config["npus"])
+        self.hardware = str(config.get("hardware_model", "a2"))
+        self.per = int(config.get("chips_per_npu", 1))
+
+    @staticmethod
+    def npu_id(n: Mapping[str, Any]) -> int:
+        return int(n.get("npu_id", n["id"]))
+
+    def npu_ids(self) -> list[int]:
+        return list(dict.fromkeys(self.npu_id(n) for n in self.npus))
+
+    def chips(self, npu_id: int) -> list[Mapping[str, Any]]:
+        return [n for n in self.npus if self.npu_id(n) == npu_id]
 
     def npu(self, npu_id: int) -> Mapping[str, Any] | None:
-        return next((n for n in self.npus if int(n["id"]) == npu_id), None)
+        """The first chip of NPU ``npu_id``."""
+        return next(iter(self.chips(npu_id)), None)
 
     def row(self, n: Mapping[str, Any]) -> dict[str, Any]:
         status, _, _ = npu_health(self.config, int(n["id"]))
+        chip = int(n.get("chip_id", 0))
         return {
             "id": n["id"],
+            "npu_id": self.npu_id(n),
+            "chip_id": chip,
+            "phy_id": n["id"],
             "name": self.config["model"],
             "health": status,
-            "power_w": float(n["power_w"]),
+            # an A3 prints no power for the second die of an NPU (vllm-ascend#5850)
+            "power_w": "-" if self.hardware == "a3" and chip == 1 else float(n["power_w"]),
             "temp_c": n["temp_c"],
             "bus_id": n["bus_id"],
             "aicore_pct": n.get("aicore_pct", 0),
+            "memory_used_mb": n.get("memory_used_mb", 0),
+            "memory_total_mb": n.get("memory_total_mb", 0),
             "hbm_used_mb": hbm_used(n),
             "hbm_total_mb": n["hbm_total_mb"],
             "processes": n.get("processes") or [],
         }
+
+    def info_table(self, rows: Sequence[Mapping[str, Any]]) -> str:
+        version = common.installed_driver_version() or str(self.loaded["driver_version"])
+        driver = str(self.loaded["driver_version"])
+        if self.hardware == "300i-duo":
+            return render_info_310p(version, driver, rows)
+        return render_info(version, driver, rows, chip_phy=self.hardware == "a3")
 
     def board(self, n: Mapping[str, Any]) -> dict[str, Any]:
         pci = self.config["pci"]
         board = self.config["board"]
         fw = str(self.loaded.get("firmware_version") or "NA")
         return {
-            "id": n["id"],
+            "id": self.npu_id(n),
             "product_name": board["product_name"],
             "model": board.get("model", "NA"),
             "manufacturer": board.get("manufacturer", "Huawei"),
@@ -375,7 +617,7 @@ class Node:
             "pcb_id": board.get("pcb_id", "A"),
             "bom_id": board.get("bom_id", "1"),
             "bus_id": n["bus_id"],
-            "slot_id": n.get("slot_id", int(n["id"])),
+            "slot_id": n.get("slot_id", self.npu_id(n)),
             "vendor_id": "0x" + pci["vendor"][2:].upper(),
             "device_id": "0x" + pci["device"][2:].upper(),
             "subsystem_vendor_id": "0x" + pci["subsystem_vendor"][2:].upper(),
@@ -383,13 +625,23 @@ class Node:
             "chip_name": self.config["model"],
             "vdie_id": n.get("vdie_id", "NA"),
             "ndie_id": n.get("ndie_id", "NA"),
+            "chip_count": self.per,
+            "chip_id": int(n.get("chip_id", 0)),
+            "chip_position": n["id"],
+            "product_rows": self.hardware != "300i-duo",
+            "npu_name": self.config["model"] if self.hardware == "a3" else None,
         }
 
     def usage_values(self, n: Mapping[str, Any]) -> dict[str, Any]:
         used = hbm_used(n)
         total = int(n["hbm_total_mb"])
+        ddr_total = int(n.get("memory_total_mb", 0))
         return {
-            "id": n["id"],
+            "id": self.npu_id(n),
+            "chip_id": int(n.get("chip_id", 0)),
+            "family": "310P" if self.hardware == "300i-duo" else "910",
+            "memory_total_mb": ddr_total,
+            "memory_pct": round(int(n.get("memory_used_mb", 0)) * 100 / ddr_total) if ddr_total else 6,
             "hbm_total_mb": total,
             "hbm_usage_pct": round(used * 100 / total) if total else 0,
             "aicore_pct": n.get("aicore_pct", 0),
@@ -398,7 +650,6 @@ class Node:
             "aicore_count": n.get("aicore_count", 20),
             "temp_c": n["temp_c"],
             "power_w": float(n["power_w"]),
-            "memory_pct": n.get("memory_pct", 6),
         }
 
 
@@ -453,15 +704,19 @@ def _opts(args: Sequence[str]) -> dict[str, str]:
 
 
 def _npu_arg(node: Node, opts: Mapping[str, str]) -> Mapping[str, Any]:
+    """The chip ``-i N [-c C]`` names (chip 0 of NPU N without ``-c``)."""
     raw = opts.get("i")
     if raw is None:
         raise UsageError("Error: parameter -i is required.")
     if not raw.isdigit() or node.npu(int(raw)) is None:
         raise UsageError(f"Error: the card id {raw} is invalid.")
+    chips = node.chips(int(raw))
     chip = opts.get("c")
-    if chip is not None and chip != "0":
+    if chip is None:
+        return chips[0]
+    if not chip.isdigit() or int(chip) >= len(chips):
         raise UsageError(f"Error: the chip id {chip} is invalid.")
-    return node.npu(int(raw)) or {}
+    return chips[int(chip)]
 
 
 def info(node: Node, args: Sequence[str]) -> str:
@@ -469,48 +724,64 @@ def info(node: Node, args: Sequence[str]) -> str:
     if "h" in opts:
         return INFO_USAGE
     if "l" in opts:
-        return render_list([int(n["id"]) for n in node.npus])
+        return render_list(node.npu_ids(), node.per)
     if "m" in opts:
-        return render_chip_map([int(n["id"]) for n in node.npus], "Ascend " + str(node.config["model"]))
+        if node.hardware == "a3":
+            return render_chip_map_phy([{**n, "chip_name": node.config["model"]} for n in node.npus])
+        return render_chip_map(node.npu_ids(), "Ascend " + str(node.config["model"]), node.per)
     t = opts.get("t")
     if t is None:
         if set(opts) - {"i", "c"}:
             raise UsageError("Error: invalid parameter.\n" + INFO_USAGE)
-        npus = node.npus if "i" not in opts else [_npu_arg(node, opts)]
-        return render_info(
-            common.installed_driver_version() or str(node.loaded["driver_version"]),
-            str(node.loaded["driver_version"]),
-            [node.row(n) for n in npus],
-        )
+        if "i" not in opts:
+            chips = node.npus
+        elif "c" in opts:
+            chips = [_npu_arg(node, opts)]
+        else:
+            chips = node.chips(node.npu_id(_npu_arg(node, opts)))
+        return node.info_table([node.row(n) for n in chips])
     if t not in INFO_TYPES:
         raise UsageError(f"Error: the type {t} is invalid.\n" + INFO_USAGE)
     if t == "topo":
         return render_topo([str(n.get("cpu_affinity", "0-23")) for n in node.npus])
     n = _npu_arg(node, opts)
-    npu_id = int(n["id"])
+    chip_id = int(n["id"])  # the chip's logic id: the fault knobs name chips by it
+    card = node.npu_id(n)
+    multi = node.hardware != "a2" and "c" not in opts
+    values = [node.usage_values(c) for c in node.chips(card)]
     if t == "board":
         b = node.board(n)
         return render_board_chip(b) if "c" in opts else render_board(b)
     if t == "usages":
-        return render_usages(node.usage_values(n))
+        return render_usages_chips(card, values) if multi else render_usages(node.usage_values(n))
     if t == "common":
-        return render_common(node.usage_values(n))
+        if not multi:
+            return render_common(node.usage_values(n))
+        mcu_power = round(sum(v["power_w"] for v in values) * 0.4, 1) if node.hardware == "300i-duo" else None
+        mcu = {"temp_c": max(int(v["temp_c"]) for v in values) - 3, "power_w": mcu_power}
+        return render_common_chips(card, values, mcu)
     if t == "health":
-        return render_health(*npu_health(node.config, npu_id))
+        return render_health(*npu_health(node.config, chip_id))
     if t == "ecc":
-        ecc = (common.faults(dict(node.config)).get("ecc") or {}).get(str(npu_id)) or {}
-        return render_ecc(npu_id, {str(k): int(v) for k, v in ecc.items()})
+        ecc = (common.faults(dict(node.config)).get("ecc") or {}).get(str(chip_id)) or {}
+        return render_ecc(card, {str(k): int(v) for k, v in ecc.items()})
     if t == "temp":
         temp = int(n["temp_c"])
-        return render_temp(npu_id, temp, temp - 4, temp - 4)
+        if multi:
+            return render_temp_chips(card, values, temp - 4)
+        return render_temp(card, temp, temp - 4, temp - 4)
     if t == "power":
-        return render_power(npu_id, float(n["power_w"]))
+        if multi:
+            # A 310P card's power comes from its MCU alone; it is not the chips' sum (no capture of it).
+            duo = round(sum(v["power_w"] for v in values) * 0.4, 1) if node.hardware == "300i-duo" else None
+            return render_power_chips(card, values, duo)
+        return render_power(card, float(n["power_w"]))
     # memory
     return (
         "\n".join(
             _kv(k, v)
             for k, v in (
-                ("DDR Capacity(MB)", 0),
+                ("DDR Capacity(MB)", n.get("memory_total_mb", 0)),
                 ("DDR Clock Speed(MHz)", 0),
                 ("HBM Capacity(MB)", n["hbm_total_mb"]),
                 ("HBM Clock Speed(MHz)", 1600),

@@ -60,7 +60,8 @@ def devices_of(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     for n in config["npus"]:
         out.append(
             {
-                "address": str(n["bus_id"]).lower(),
+                # a 300I Duo's chips have their own functions though npu-smi prints the card's address
+                "address": str(n.get("pci_address") or n["bus_id"]).lower(),
                 "vendor": pci["vendor"],
                 "device": pci["device"],
                 "class": pci["class"],
