@@ -23,18 +23,9 @@ def provision_inventory_issues_of(hostvars: Mapping[str, Any], hosts: list[str])
     return {str(host): provision_inventory_issues(hostvars[host]) for host in hosts}
 
 
-def provision_unit_states(show: str | None) -> dict[str, dict[str, str]]:
-    """``systemctl show --property=Id,... UNIT...`` output, unit Id -> its properties (one parser of it for
-    the actions, the record and the roles: :func:`provision.systemd.parse_show_units`)."""
-    from provision.systemd import parse_show_units
-
-    return parse_show_units(show or "")
-
-
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "provision_inventory_issues": provision_inventory_issues,
             "provision_inventory_issues_of": provision_inventory_issues_of,
-            "provision_unit_states": provision_unit_states,
         }

@@ -32,7 +32,7 @@ def vllm_serve_instances(
     per line) and ``env_text`` (an EnvironmentFile that also records the pool file's checksum, so that a
     changed pool restarts the instance).
 
-    Multi-node (issue 5): ``ranks`` is ``hccn_gate_ranks``, this node's place in the serving groups that
+    Multi-node: ``ranks`` is ``hccn_gate_ranks``, this node's place in the serving groups that
     passed the HCCN gate (pool -> index, role, head_address, node_ip, ifname ...). ``multinode`` is that
     entry (None: not gated yet, or a single-node pool), ``start`` is ``single``, ``head`` or ``worker``;
     a worker runs ``headless_command`` (``vllm serve``: only the CLI honours ``--headless``)."""

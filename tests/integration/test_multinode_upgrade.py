@@ -1,4 +1,4 @@
-"""Rolling upgrade and rollback of a multi-node serving group (issue 5), end to end on a 2-node simulated
+"""Rolling upgrade and rollback of a multi-node serving group, end to end on a 2-node simulated
 cluster with the REAL vLLM CPU engine: the DP 2 SmolLM2 group of ``test_hccn_gate.py`` (node1 the head with
 the API, node2 a headless worker), served by ``playbooks/serve.yml``, then changed through
 ``playbooks/upgrade.yml``. In order:

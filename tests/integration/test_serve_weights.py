@@ -1,4 +1,4 @@
-"""Weights from the mirror (issue 5): a profile whose model folder is not on the node, with ``model_url``.
+"""Weights from the mirror: a profile whose model folder is not on the node, with ``model_url``.
 
 ONE simulated node, service mode, the real vLLM CPU engine; the cluster's mirror carries the cached SmolLM2
 folder as ``models/smollm2.tar`` + ``sha256sums.txt`` (:mod:`provision_sim.mirror.weights`). The tests run

@@ -1,4 +1,4 @@
-"""Multi-node serving groups through status, apply's endpoints and the rolling upgrade (issue 5): batches that
+"""Multi-node serving groups through status, apply's endpoints and the rolling upgrade: batches that
 keep each group whole (provision.serving.multinode.rolling_batches, and playbooks/upgrade.yml run for real
 with local connections), the hccn_gate refusal of a group split by a play's own serial, which groups of a
 node go back after a failed head (group_outcomes), and the status / endpoint views of headless workers."""

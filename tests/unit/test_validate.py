@@ -169,7 +169,7 @@ BROKEN: list[tuple[str, dict[str, str], list[str]]] = [
         ["inventory.ini", "not a valid Ansible inventory"],
     ),
     (
-        # Multi-node (issue 5): a 2-node profile's pool must be on a multiple of 2 hosts of npu_nodes,
+        # Multi-node: a 2-node profile's pool must be on a multiple of 2 hosts of npu_nodes,
         # grouped as at run time (provision.inventory.groups).
         "multinode-pool-on-odd-hosts",
         {

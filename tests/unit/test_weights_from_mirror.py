@@ -1,4 +1,4 @@
-"""Weights from a mirror (issue 5): the profile fields model_url / model_sha256 and their refusals by
+"""Weights from a mirror: the profile fields model_url / model_sha256 and their refusals by
 ``provision validate`` (before any host is touched), the role's variables, and the simulated mirror's
 model archive (:mod:`provision_sim.mirror.weights`)."""
 

@@ -51,6 +51,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
 
 container_only = pytest.mark.parametrize("served", ["container"], indirect=True)
 MANAGERS = ["davinci_manager", "devmm_svm", "hisi_hdc"]
+NODES = ("node1", "node2")
 
 
 def inspect(served: Served, node: str) -> dict[str, Any]:
@@ -70,6 +71,11 @@ def start_to_ready_s(served: Served, node: str) -> float | None:
             ready = float(stamp)
             break
     return None if started is None or ready is None else ready - started
+
+
+def entered(served: Served, node: str) -> str:
+    """When the engine's unit last became active (changes with every start)."""
+    return served.sh(node, "systemctl", "show", "-P", "ActiveEnterTimestamp", UNIT).strip()
 
 
 def task_seconds(run_dir: str, task: str) -> dict[str, float]:
@@ -122,11 +128,14 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert shown.stdout.splitlines()[-1] == "2/2 ready on 2 host(s)"
 
+    started = {node: entered(served, node) for node in NODES}
     summary = json_summary(served.apply("--json"), "second apply")
     assert {host: stats["changed"] for host, stats in summary["hosts"].items()} == {"node1": 0, "node2": 0}
-    # converged: the role read the files and units and went straight to the gate (no configure step ran)
+    # converged: every write ran and found its file as it would write it, so nothing was restarted
     noop = Run(0, summary, "", summary["seconds"])
-    assert noop.events("vllm_serve : Write the arguments") == {}, "the converged nodes ran configure.yml"
+    written = noop.events("vllm_serve : Write the arguments")
+    assert sorted(written) == list(NODES) and not any(e["res"]["changed"] for e in written.values()), written
+    assert {node: entered(served, node) for node in NODES} == started, "a second apply restarted an engine"
     assert {e["host"] for e in summary["endpoints"] if e["ready"]} == {"node1", "node2"}, summary["endpoints"]
     if served.mode == "container":
         assert served.image_gets() == served.first_apply_gets, "the second apply downloaded nothing"
