@@ -21,17 +21,22 @@ options:
     type: list
     elements: str
     default: ["/"]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
-author: provision
+  platform:
+    support: full
+    platforms: posix
+author: provision (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Probe NPUs, drivers and disk space
-  ascend_facts:
+  provision.ascend.ascend_facts:
     disk_paths: [/usr/local, /var]
 
 - name: Refuse a node with an unhealthy NPU

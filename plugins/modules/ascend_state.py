@@ -10,15 +10,16 @@ short_description: A node's NPUs, running driver, provision's local facts and in
 description:
   - Runs one read-only shell command on the node over the existing connection (no module upload) and
     parses its output on the controller; the ascend_driver and cann roles decide what a node needs from it.
-  - With O(npus) (default), the same probe as M(ascend_facts) and the same facts (C(ascend_npus),
-    C(ascend_disk_free_mb)).
+  - With O(npus) (default), the same probe as M(provision.ascend.ascend_facts) and the same facts
+    (C(ascend_npus), C(ascend_disk_free_mb)).
   - With O(board) and a working C(npu-smi), a second command C(npu-smi info -t board -i <first NPU>) whose
     output (the LOADED driver, the FLASHED firmware) is returned in RV(board_stdout).
   - Local facts are read from C(/etc/ansible/facts.d/<name>.fact) (JSON) and returned, not set as
-    C(ansible_local): the roles compare them with what they would write.
+    C(ansible_local); the roles compare them with what they would write.
 options:
   npus:
-    description: Probe the NPUs, installed driver/firmware and free disk (as M(ascend_facts)).
+    description: Probe the NPUs, installed driver/firmware and free disk (as
+      M(provision.ascend.ascend_facts)).
     type: bool
     default: true
   disk_paths:
@@ -45,23 +46,28 @@ options:
     description: Regular files named one of C(names) under C(path), at most C(depth) levels deep (as
       M(ansible.builtin.find) with C(recurse) and C(depth)).
     type: dict
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
-author: provision
+  platform:
+    support: full
+    platforms: posix
+author: provision (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Read the driver state in one task
-  ascend_state:
+  provision.ascend.ascend_state:
     board: true
     local_facts: [ascend]
   register: __probe
 
 - name: Read the CANN install state
-  ascend_state:
+  provision.ascend.ascend_state:
     npus: false
     local_facts: [cann]
     stat_paths: [/etc/profile.d/ascend.sh]
@@ -90,7 +96,8 @@ board_stdout:
   returned: always
   type: str
 ansible_facts:
-  description: With O(npus), C(ascend_npus) and C(ascend_disk_free_mb) as M(ascend_facts) sets them.
+  description: With O(npus), C(ascend_npus) and C(ascend_disk_free_mb) as M(provision.ascend.ascend_facts)
+    sets them.
   returned: when O(npus)
   type: dict
 """

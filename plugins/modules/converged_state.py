@@ -10,9 +10,10 @@ short_description: Compare a node with the record of its last converged apply, o
 description:
   - Used by C(provision apply) (playbooks/converged.yml and playbooks/record.yml); see
     provision/runner/record.py for what a record watches and why.
-  - Runs one read-only command on the node over the existing connection (no module upload): the same NPU
-    probe as M(ascend_facts), then a standard-library Python script that reads the record and observes the
-    paths, units, packages, users and groups it watches, the running kernel and /etc/os-release.
+  - Runs one read-only command on the node over the existing connection (no module upload), the same NPU
+    probe as M(provision.ascend.ascend_facts), then a standard-library Python script that reads the record
+    and observes the paths, units, packages, users and groups it watches, the running kernel and
+    /etc/os-release.
   - Without O(write), returns RV(converged) and the reasons in RV(drift); changes nothing.
   - With O(write), observes the record's keys plus O(keys) and writes the record (mode 0600) atomically.
 options:
@@ -31,17 +32,22 @@ options:
     description: Where the record lives on the node.
     type: str
     default: /var/lib/provision/converged.json
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
-author: provision
+  platform:
+    support: full
+    platforms: posix
+author: provision (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Compare the node with its record
-  converged_state:
+  provision.ascend.converged_state:
     fingerprint: "{{ __provision_fingerprints[inventory_hostname] }}"
   register: __converged
 """
@@ -52,7 +58,8 @@ converged:
   type: bool
   returned: without write
 drift:
-  description: Why not, most telling first (C(no record ...), C(the inputs changed ...), C(/etc/x: sha1 ...)).
+  description: "Why not, most telling first (C(no record ...), C(the inputs changed ...),
+    C(/etc/x: sha1 ...))."
   type: list
   elements: str
   returned: without write

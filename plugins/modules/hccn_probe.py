@@ -45,18 +45,28 @@ options:
     description: Host names to resolve on the node (C(getent ahostsv4)).
     type: list
     elements: str
-author: provision
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+author: provision (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Local checks of NPUs 0-7 and the ports in use
-  hccn_probe:
+  provision.ascend.hccn_probe:
     devices: [0, 1, 2, 3, 4, 5, 6, 7]
     ports: true
     addresses: true
 
 - name: Ping a peer's NPU 5 from NPU 5
-  hccn_probe:
+  provision.ascend.hccn_probe:
     pings: [{device: 5, address: 10.201.5.12}]
 """
 

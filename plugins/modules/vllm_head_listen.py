@@ -12,8 +12,8 @@ description:
     (the head's C(--data-parallel-address) and C(--data-parallel-rpc-port)) from the controller until it
     accepts a connection.
   - Stops early when the unit C(unit) no longer runs (C(systemctl show) over the connection, at most every
-    C(alive_every_s)): a head whose configuration is broken exits within seconds and would never open the
-    port, so its workers need not wait C(timeout_s). The message then ends with the unit's journal.
+    C(alive_every_s)), since a head whose configuration is broken exits within seconds and would never open
+    the port, so its workers need not wait C(timeout_s). The message then ends with the unit's journal.
   - Nothing on the node is changed. In check mode nothing is waited for.
 options:
   unit:
@@ -48,17 +48,22 @@ options:
     description: Fail the task when the port did not open.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
-author: provision
+  platform:
+    support: full
+    platforms: posix
+author: provision (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Wait for the head of pool ds before its workers start
-  vllm_head_listen:
+  provision.ascend.vllm_head_listen:
     unit: vllm-ds.service
     host: 10.0.0.11
     port: 13389

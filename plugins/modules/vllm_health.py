@@ -68,24 +68,29 @@ options:
     description: Fail the task when an instance is not ready (after waiting, or on the single probe).
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
+  platform:
+    support: full
+    platforms: posix
 notes:
   - Pass C(no_log) on tasks that set C(api_key) explicitly; the key is never returned.
-author: provision
+author: provision (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Wait until the chat pool answers (loads can take an hour for DeepSeek across two nodes)
-  vllm_health:
+  provision.ascend.vllm_health:
     pools: [chat]
     budget_s: 3600
 
 - name: Report every instance once, without failing
-  vllm_health:
+  provision.ascend.vllm_health:
     wait: false
     port:
     description: Probe this port instead of the pool's (one pool only; a rollback to a previous port).

@@ -153,12 +153,16 @@ def strategy_settings(environ: Mapping[str, str] | None = None) -> dict[str, str
     host key checking on (``StrictHostKeyChecking yes`` against the inventory's known_hosts). Only
     ``provision`` uses it; the roles run unchanged under plain ``ansible-playbook``.
     ``PROVISION_STRATEGY=linear`` (or ``free``) asks for one of Ansible's own; a strategy the user already
-    set through ``ANSIBLE_STRATEGY`` is kept.
+    set through ``ANSIBLE_STRATEGY`` or the ``strategy`` of their own ansible.cfg is kept.
     """
+    from provision.runner.config import user_sets
+
     environ = os.environ if environ is None else environ
     wanted = environ.get("PROVISION_STRATEGY", "").strip()
     if "ANSIBLE_STRATEGY" in environ and not wanted:
         return {}
+    if not wanted and user_sets(("defaults", "strategy"), environ):
+        return {}  # the strategy of the user's own ansible.cfg (provision.runner.config)
     if wanted and not wanted.startswith("mitogen"):
         return {"ANSIBLE_STRATEGY": wanted}
     spec = importlib.util.find_spec("ansible_mitogen")
@@ -182,18 +186,21 @@ DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collection
 
 
 def ansible_env() -> dict[str, str]:
-    """The environment of every Ansible run provision starts: its ansible.cfg, its collection first on the
-    collections path (then the user's), plain output, and the user's host key checking."""
-    user_collections = os.environ.get("ANSIBLE_COLLECTIONS_PATH", DEFAULT_COLLECTIONS_PATH)
+    """The environment of every Ansible run provision starts: the user's ansible.cfg over provision's
+    (:mod:`provision.runner.config`), its collection first on the collections path (then the user's), plain
+    output, and host key checking on."""
+    from provision.runner.config import config_env, user_collections_path
+
+    user_collections = user_collections_path() or DEFAULT_COLLECTIONS_PATH
     return {
-        "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
+        **config_env(),
         "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([str(paths.collections_path()), user_collections]),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
         "PYTHONUNBUFFERED": "1",
         "PATH": _search_path(),
-        # ansible-runner turns host key checking off unless told; we keep Ansible's (and our cfg's) default.
-        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+        # ansible-runner turns host key checking off unless told; config_env refused a setting turning it off.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
 
 
