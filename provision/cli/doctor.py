@@ -1,0 +1,255 @@
+"""``provision doctor INVENTORY``: what is wrong on which node, and how to fix it.
+
+One read-only round trip per node (the ``doctor_probe`` action through the runner seam; nothing is
+installed or changed), parsed here with provision's parsers, then matched against the known failures of
+``provision/data/failures.yml``. Per node: OK, or each failure found with its evidence line, cause, fix and
+the public report that documents it. Exit 0 when every node is OK, 1 when a problem was found (or a node
+could not be probed), 2 on bad input (nothing touched). ``--bundle FILE`` writes a redacted tar.gz of
+everything collected, to attach to an issue.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from provision import paths
+from provision.ascend import lock
+from provision.cli import _inputs
+from provision.cli import _playbook as common
+from provision.cli.console import Console
+from provision.doctor.bundle import NodeBundle, write_bundle
+from provision.doctor.catalog import Catalog, shipped
+from provision.doctor.conditions import Expected
+from provision.doctor.diagnose import NodeReport, diagnose
+from provision.doctor.probe import collect
+from provision.errors import InputError
+from provision.inventory.load import Inventory, plain
+from provision.inventory.schema import HOST_GROUP
+from provision.inventory.validate import check as check_inventory
+from provision.runner.run import Event, run_module
+
+_SECRET_NAME = re.compile(r"(api_key|password|passwd|token|secret)", re.IGNORECASE)
+_BUNDLE_SUFFIXES = (".tar.gz", ".tgz")
+
+
+def doctor(
+    inventory: Path | None = common.InventoryArg,
+    limit: str | None = typer.Option(
+        None, "--limit", "-l", help="Only these hosts/groups (Ansible pattern)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
+    bundle: Path | None = typer.Option(
+        None,
+        "--bundle",
+        help="Also write everything collected, per node, secrets redacted, to this .tar.gz.",
+        show_default=False,
+    ),
+    inventories: list[Path] = common.InventoriesOpt,
+    user: str | None = common.UserOpt,
+    private_key: Path | None = common.PrivateKeyOpt,
+    ssh_common_args: str | None = common.SshCommonArgsOpt,
+    ask_pass: bool = common.AskPassOpt,
+    connection_password_file: Path | None = common.ConnectionPasswordFileOpt,
+    become: bool = common.BecomeOpt,
+    ask_become_pass: bool = common.AskBecomePassOpt,
+    become_password_file: Path | None = common.BecomePasswordFileOpt,
+    vault_id: list[str] = common.VaultIdOpt,
+    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
+    ask_vault_pass: bool = common.AskVaultPassOpt,
+) -> None:
+    """Diagnose the nodes: known failures (NPUs held, drivers off the lock, links down, engines down,
+    docker, DKMS, disk...) with evidence and fix; exit 0 healthy, 1 a problem found, 2 bad input.
+    Changes nothing on the nodes."""
+    sources = _inputs.inventories(inventory, inventories)
+    if bundle is not None:
+        _check_bundle(bundle)
+    options = _inputs.ansible_options(
+        user=user,
+        private_key=private_key,
+        ssh_common_args=ssh_common_args,
+        become=become,
+        ask_pass=ask_pass,
+        ask_become_pass=ask_become_pass,
+        connection_password_file=connection_password_file,
+        become_password_file=become_password_file,
+        vault_ids=vault_id,
+        vault_password_files=vault_password_file,
+        ask_vault_pass=ask_vault_pass,
+    )
+    loaded = check_inventory(sources, options.vault)  # bad input: exit 2, no host contacted
+    limit = _inputs.limit(limit, loaded)
+    catalog = shipped()
+    _inputs.ask_passwords(options)
+    targets = _targets(loaded, limit)
+    answers: dict[str, dict[str, Any]] = {}
+
+    def handle(event: Event) -> None:
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        host = str(data.get("host", ""))
+        res = data.get("res") or {}
+        if kind == "runner_on_ok" and "probe" in res:
+            answers[host] = {"probe": str(res["probe"]), "holders": str(res.get("holders") or "")}
+        elif kind == "runner_on_failed":
+            answers[host] = {"error": str(res.get("msg") or "the probe failed").strip()}
+        elif kind == "runner_on_unreachable":
+            answers[host] = {"error": str(res.get("msg") or "unreachable").strip(), "unreachable": True}
+
+    run = run_module(
+        f"{paths.COLLECTION}.doctor_probe",
+        sources,
+        host_pattern=HOST_GROUP,
+        limit=limit,
+        verb="doctor",
+        observer=handle,
+        options=options,
+    )
+    if not answers and run.rc != 0:
+        raise InputError(
+            f"could not probe {', '.join(map(str, sources))}: {run.stdout.strip()[-2000:] or run.status}"
+        )
+    reports, bundles = [], []
+    for host in targets:
+        report, node = _diagnose(host, answers.get(host), _expected(loaded, host), catalog)
+        reports.append(report)
+        bundles.append(node)
+    manifest = write_bundle(bundle, bundles, secrets=_secrets(loaded, targets)) if bundle else None
+    ok = all(r.ok for r in reports)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "ok": ok,
+                    "nodes": [r.to_json() for r in reports],
+                    "bundle": str(bundle) if bundle else None,
+                },
+                indent=2,
+            )
+        )
+    else:
+        _print(reports, bundle, manifest)
+    if not ok:
+        raise typer.Exit(1)
+
+
+def _check_bundle(path: Path) -> None:
+    if not path.name.endswith(_BUNDLE_SUFFIXES):
+        raise InputError(f"--bundle {path}: name a .tar.gz (or .tgz) file")
+    if path.is_dir():
+        raise InputError(f"--bundle {path}: is a folder; name a .tar.gz file")
+    if not path.parent.is_dir():
+        raise InputError(f"--bundle {path}: no such folder {path.parent}")
+
+
+def _targets(inventory: Inventory, limit: str | None) -> list[str]:
+    hosts = inventory.group_hosts(HOST_GROUP)
+    if limit:
+        chosen = set(inventory.hosts_matching(limit))
+        hosts = [h for h in hosts if h in chosen]
+    if not hosts:
+        raise InputError(f"{inventory.source}: no host of group {HOST_GROUP} to examine")
+    return hosts
+
+
+def _expected(inventory: Inventory, host: str) -> Expected:
+    """The versions the node should run: its overrides, else its stack of the lock."""
+    variables = plain(inventory.hosts.get(host) or {})
+
+    def given(name: str) -> str | None:
+        value = variables.get(name)
+        return str(value) if value not in (None, "") and "{{" not in str(value) else None
+
+    stack_name = given("provision_stack") or lock.default_stack_name()
+    stack = lock.stack(stack_name) if stack_name in lock.stack_names() else {}
+    count = given("ascend_npu_count")
+    return Expected(
+        driver=given("ascend_driver_version") or stack.get("driver"),
+        firmware=given("ascend_driver_firmware_version") or stack.get("firmware"),
+        cann=given("cann_version") or stack.get("cann"),
+        nnal=given("cann_nnal_version") or stack.get("nnal"),
+        npu_count=int(count) if count and count.isdigit() else None,
+    )
+
+
+def _diagnose(
+    host: str, answer: dict[str, Any] | None, expected: Expected, catalog: Catalog
+) -> tuple[NodeReport, NodeBundle]:
+    if answer is None:
+        return NodeReport(host, reachable=False, error="no answer"), NodeBundle(host, error="no answer")
+    if "error" in answer:
+        reachable = not answer.get("unreachable")
+        error = answer["error"]
+        return NodeReport(host, reachable=reachable, error=error), NodeBundle(host, error=error)
+    try:
+        node = collect(answer["probe"], answer["holders"])
+    except ValueError as exc:
+        error = f"cannot read the node's probe: {exc}"
+        return NodeReport(host, error=error), NodeBundle(host, probe=answer["probe"], error=error)
+    findings = diagnose(node, expected, catalog)
+    bundle = NodeBundle(
+        host,
+        probe=answer["probe"],
+        holders=answer["holders"],
+        facts=node,
+        findings=[asdict(f) for f in findings],
+    )
+    return NodeReport(host, findings=findings), bundle
+
+
+def _secrets(inventory: Inventory, hosts: list[str]) -> list[str]:
+    """The inventory's own secret values (API keys, passwords, tokens) of these hosts, to redact verbatim."""
+    found: list[str] = []
+
+    def walk(name: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(str(key), item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(name, item)
+        elif isinstance(value, str) and _SECRET_NAME.search(name) and "{{" not in value:
+            found.append(value)
+
+    for host in hosts:
+        for name, value in plain(inventory.hosts.get(host) or {}).items():
+            walk(str(name), value)
+    return found
+
+
+def _print(reports: list[NodeReport], bundle: Path | None, manifest: dict[str, Any] | None) -> None:
+    out = Console.for_stream(sys.stdout)
+    width = max(len(r.host) for r in reports)
+    for report in reports:
+        if report.ok:
+            out.line(f"{report.host:<{width}}  OK")
+            continue
+        if report.error is not None:
+            state = "UNREACHABLE" if not report.reachable else "NOT PROBED"
+            out.line(
+                f"{report.host:<{width}}  {state}: {report.error.splitlines()[0] if report.error else ''}"
+            )
+            continue
+        out.line(f"{report.host:<{width}}  {len(report.findings)} problem(s)")
+        for finding in report.findings:
+            out.line(f"  [{finding.id}] {finding.title}")
+            for line in finding.evidence:
+                out.line(f"    evidence: {line}")
+            out.line(f"    cause: {finding.cause}")
+            out.line(f"    fix: {finding.fix}")
+            out.line(f"    see: {', '.join(finding.sources)}")
+    healthy = sum(r.ok for r in reports)
+    out.line(f"{healthy}/{len(reports)} node(s) OK")
+    if bundle is not None and manifest is not None:
+        size = bundle.stat().st_size
+        out.line(f"bundle: {bundle} ({size} bytes, {len(manifest['files'])} files, secrets redacted)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)

@@ -1,0 +1,140 @@
+"""The known failures ``provision doctor`` looks for: ``provision/data/failures.yml``, typed and checked.
+
+Each entry names its signature (a regex over one of :data:`OUTPUTS`, or a condition of
+:mod:`provision.doctor.conditions`), its cause, its fix and the public reports that document it. A file
+that breaks these rules is refused as a whole, naming the entry and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from provision.doctor.conditions import CONDITIONS
+from provision.errors import InputError
+from provision.paths import data_dir
+
+OUTPUTS = ("npu_smi", "engine_log", "plog", "docker_log", "dkms")
+"""The tool outputs and logs a regex signature may search (see :func:`provision.doctor.diagnose.outputs`)."""
+Output = Literal["npu_smi", "engine_log", "plog", "docker_log", "dkms"]
+FAILURE_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value, re.IGNORECASE)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    return value
+
+
+def _condition(value: str) -> str:
+    if value not in CONDITIONS:
+        raise ValueError(f"unknown condition {value!r}; known: {', '.join(sorted(CONDITIONS))}")
+    return value
+
+
+def _url(value: str) -> str:
+    if not re.match(r"^https://[^\s/]+\.[^\s/]+/\S+$", value):
+        raise ValueError("must be an https:// URL of a public page")
+    return value
+
+
+Regex = Annotated[str, AfterValidator(_regex)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Signature(_Strict):
+    regex: Regex | None = None
+    unless: Regex | None = None
+    outputs: tuple[Output, ...] = Field(default=(), alias="in")
+    condition: Annotated[str, AfterValidator(_condition)] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Signature:
+        if (self.regex is None) == (self.condition is None):
+            raise ValueError("give either regex (with in: [outputs]) or condition")
+        if self.regex is not None and not self.outputs:
+            raise ValueError(f"a regex needs in: [...], one or more of {', '.join(OUTPUTS)}")
+        if self.condition is not None and (self.outputs or self.unless):
+            raise ValueError("a condition takes no in: or unless:")
+        return self
+
+
+class Source(_Strict):
+    url: Annotated[str, AfterValidator(_url)]
+    shows: str = Field(min_length=1)
+
+
+class Failure(_Strict):
+    id: Annotated[str, Field(pattern=FAILURE_ID.pattern)]
+    title: str = Field(min_length=1)
+    signature: Signature
+    cause: str = Field(min_length=1)
+    fix: str = Field(min_length=1)
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+    def search(self, text: str) -> str | None:
+        """The first line of ``text`` the regex matches (unless ``unless`` matches ``text``), or None."""
+        if self.signature.regex is None:
+            return None
+        if self.signature.unless and re.search(self.signature.unless, text, re.IGNORECASE):
+            return None
+        pattern = re.compile(self.signature.regex, re.IGNORECASE)
+        return next((line.strip() for line in text.splitlines() if pattern.search(line)), None)
+
+
+class Catalog(_Strict):
+    failures: tuple[Failure, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Catalog:
+        seen: set[str] = set()
+        for failure in self.failures:
+            if failure.id in seen:
+                raise ValueError(f"failure id {failure.id!r} is given twice")
+            seen.add(failure.id)
+        return self
+
+
+def catalog_path() -> Path:
+    return data_dir() / "failures.yml"
+
+
+def load_catalog(path: Path | None = None) -> Catalog:
+    """The catalogue at ``path`` (default: the shipped one); InputError naming the entry and field."""
+    path = path or catalog_path()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read the failure catalogue: {exc}") from None
+    try:
+        return Catalog.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"{path}: {_message(exc, data)}") from None
+
+
+@cache
+def shipped() -> Catalog:
+    return load_catalog()
+
+
+def _message(exc: ValidationError, data: object) -> str:
+    lines = []
+    for error in exc.errors():
+        where = list(error["loc"])
+        if len(where) >= 2 and where[0] == "failures" and isinstance(where[1], int):
+            entries = data.get("failures") if isinstance(data, dict) else None
+            entry = entries[where[1]] if isinstance(entries, list) and len(entries) > where[1] else None
+            name = entry.get("id") if isinstance(entry, dict) else None
+            where[1] = f"{where[1]} ({name})" if name else where[1]
+        lines.append(f"{'.'.join(str(w) for w in where)}: {error['msg']}")
+    return "; ".join(lines)

@@ -1,0 +1,229 @@
+"""What ``provision doctor`` asks a node: one read-only shell command, parsed here on the controller.
+
+The command joins four scripts the house already has or keeps here, each printing labelled sections
+(:data:`provision.ascend.facts.SECTION_FUNCTION`):
+
+* the facts probe (:data:`provision.ascend.facts.PROBE_SCRIPT`): PCI view, ``npu-smi info``, the driver
+  and firmware ``version.info``, ``/etc/ascend_install.info``, free disk;
+* the HCCN probe of the serving gate (:data:`provision.ascend.hccn_gate.PROBE_SCRIPT`): link, net health,
+  address and TLS switch of every NPU port;
+* :data:`DOCTOR_SCRIPT`: OS, kernel, device nodes, CANN install info, provision's local facts and
+  converged record, docker's ``daemon.json``, the state and journal tail of docker and of every vLLM unit,
+  the containers, DKMS, and the newest engine plog.
+
+Nothing is written on the node; every command only reads. :func:`collect` turns the text into plain data
+(JSON-able) with the house's parsers; the raw text is kept for the support bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from provision.ascend import hccn_gate
+from provision.ascend.facts import MARK, PROBE_SCRIPT, SECTION_FUNCTION, facts_from_probe, sections
+from provision.ascend.npu_smi import ParseError
+from provision.ascend.versions import parse_cann_install_info
+from provision.runner.record import FACT_DIR, RECORD_PATH
+from provision.systemd import parse_show, parse_show_units
+
+DISK_PATHS = ("/", "/usr/local", "/var", "/var/lib/docker", "/tmp")
+"""Where the roles write: the driver and CANN under /usr/local, images and logs under /var."""
+JOURNAL_LINES = 40
+UNIT_PROPERTIES = (
+    "Id",
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "MainPID",
+    "NRestarts",
+    "Result",
+    "UnitFileState",
+)
+DKMS_TREE = "/var/lib/dkms/davinci_ascend"
+"""The DKMS tree the driver installer builds its kernel modules in (the ascend_driver role's
+``_ascend_driver_dkms_tree``)."""
+PLOG_DIR = "/root/ascend/log/debug/plog"
+"""Where the CANN runtime of an engine run as root writes its plog files."""
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+# Positional arguments: the number of journal lines. Read-only; each part tolerates a missing tool.
+DOCTOR_SCRIPT = (
+    SECTION_FUNCTION
+    + rf"""
+n=${{1:-{JOURNAL_LINES}}}
+sec os; cat /etc/os-release 2>/dev/null
+sec uname; uname -srm
+sec devnodes; for d in /dev/davinci* /dev/devmm_svm /dev/hisi_hdc; do [ -e "$d" ] && echo "$d"; done
+for f in /usr/local/Ascend/cann-*/*-linux/ascend_toolkit_install.info \
+         /usr/local/Ascend/ascend-toolkit/*/*-linux/ascend_toolkit_install.info; do
+  case $f in */latest/*) continue ;; esac
+  [ -r "$f" ] && {{ sec "toolkit $f"; cat "$f"; }}
+done
+for f in {FACT_DIR}/*.fact; do [ -r "$f" ] && {{ b=${{f##*/}}; sec "fact ${{b%.fact}}"; cat "$f"; }}; done
+[ -r {RECORD_PATH} ] && {{ sec record; cat {RECORD_PATH}; }}
+[ -r /etc/docker/daemon.json ] && {{ sec daemon.json; cat /etc/docker/daemon.json; }}
+units=$( {{ ls /etc/systemd/system/vllm-*.service 2>/dev/null | sed 's|.*/||'
+          systemctl list-units --all --plain --no-legend --no-pager 'vllm-*.service' 2>/dev/null \
+            | awk '{{print $1}}'; }} | sort -u)
+sec units; echo $units
+if command -v systemctl >/dev/null 2>&1; then
+  sec show; systemctl show {" ".join(f"-p {p}" for p in UNIT_PROPERTIES)} docker.service $units 2>&1
+fi
+for u in docker.service $units; do
+  sec "journal $u"; SYSTEMD_COLORS=0 journalctl -u "$u" -n "$n" --no-pager -o cat 2>&1
+done
+if command -v docker >/dev/null 2>&1 && systemctl is-active --quiet docker.service 2>/dev/null; then
+  sec containers
+  timeout 10 docker ps -a --no-trunc --format '{{{{.ID}}}} {{{{.Names}}}} {{{{.Status}}}}' 2>&1
+fi
+command -v dkms >/dev/null 2>&1 && {{ sec dkms; dkms status 2>&1; }}
+if [ -d {DKMS_TREE} ]; then
+  sec dkms-tree; find {DKMS_TREE} -mindepth 2 -maxdepth 2 -type d 2>/dev/null | sort
+  [ -r {DKMS_TREE}/1.0/build/make.log ] && {{ sec dkms-make.log; tail -n 20 {DKMS_TREE}/1.0/build/make.log; }}
+fi
+p=$(ls -t {PLOG_DIR}/*.log 2>/dev/null | head -n 1)
+[ -n "$p" ] && {{ sec "plog $p"; tail -n "$n" "$p"; }}
+exit 0
+"""
+).strip()
+
+# Second command, only when npu-smi lists processes: which unit each one belongs to.
+HOLDERS_SCRIPT = (
+    SECTION_FUNCTION
+    + r"""
+for pid in "$@"; do [ -r "/proc/$pid/cgroup" ] && { sec "cgroup $pid"; cat "/proc/$pid/cgroup"; }; done
+exit 0
+"""
+).strip()
+
+
+def probe_command(devices: Sequence[int], *, journal_lines: int = JOURNAL_LINES) -> str:
+    """The node command: the facts probe, the HCCN probe of ``devices`` and :data:`DOCTOR_SCRIPT`."""
+    parts = [
+        shlex.join(["sh", "-c", PROBE_SCRIPT, "ascend-probe", *DISK_PATHS]),
+        shlex.join(["sh", "-c", DOCTOR_SCRIPT, "doctor-probe", str(int(journal_lines))]),
+    ]
+    if devices:
+        argv = hccn_gate.probe_argv(hccn_gate.DEFAULT_TOOL, devices=devices)
+        parts.append(shlex.join(["sh", "-c", hccn_gate.PROBE_SCRIPT, "hccn-probe", *argv]))
+    return "; ".join(parts)
+
+
+def holders_command(pids: Sequence[int]) -> str:
+    return shlex.join(["sh", "-c", HOLDERS_SCRIPT, "npu-holders", *(str(int(p)) for p in pids)])
+
+
+def npu_pids(probe_text: str) -> list[int]:
+    """The host PIDs ``npu-smi info`` lists as running on an NPU (for :func:`holders_command`)."""
+    facts = ascend_facts(probe_text)["ascend_npus"]
+    return sorted({int(p) for chip in facts["chips"] for p in chip["processes"]})
+
+
+def ascend_facts(text: str) -> dict[str, Any]:
+    """The facts probe's facts; an ``npu-smi info`` output its parser cannot read becomes the NPUs'
+    ``npu_smi_error`` instead of hiding everything else the node showed."""
+    try:
+        return facts_from_probe(text)
+    except ParseError as exc:
+        kept = "".join(
+            f"\n{MARK}{label}\n{body}\n" for label, body in sections(text) if not label.startswith("npu-smi")
+        )
+        facts = facts_from_probe(kept)
+        facts["ascend_npus"]["npu_smi_error"] = f"unreadable npu-smi output: {exc}"
+        return facts
+
+
+def collect(text: str, holders: str = "") -> dict[str, Any]:
+    """Everything the probe printed, as plain data::
+
+    {"os": {...os-release}, "kernel": "5.10.0", "arch": "aarch64", "npus": {...ascend_npus},
+     "disk_free_mb": {path: MiB}, "npu_smi": "raw text" | None, "devnodes": [...],
+     "cann": {"toolkits": ["9.1.0"]}, "facts": {name: fact}, "record": {...} | None,
+     "daemon_json": {...} | None | "unreadable: ...", "units": {unit: {ActiveState, ...}},
+     "journals": {unit: [lines]},
+     "containers": {name: {"id", "status"}}, "dkms": "raw" | None, "dkms_builds": ["1.0/5.10.0"] | None,
+     "dkms_make_log": [lines], "plog": {"path", "lines"} | None, "hccn": {...hccn_gate.parse_probe},
+     "holders": {pid: unit | None}}
+    """
+    found = sections(text)
+    labelled = dict(found)
+    ascend = ascend_facts(text)
+    out: dict[str, Any] = {
+        "os": _os_release(labelled.get("os", "")),
+        "kernel": None,
+        "arch": None,
+        "npus": ascend["ascend_npus"],
+        "disk_free_mb": ascend["ascend_disk_free_mb"],
+        "npu_smi": next((body for label, body in found if label.startswith("npu-smi /")), None),
+        "devnodes": labelled.get("devnodes", "").split(),
+        "cann": {"toolkits": []},
+        "facts": {},
+        "record": None,
+        "daemon_json": None,
+        "units": {},
+        "journals": {},
+        "containers": {},
+        "dkms": labelled.get("dkms"),
+        "dkms_builds": None,
+        "dkms_make_log": labelled.get("dkms-make.log", "").splitlines(),
+        "plog": None,
+        "hccn": hccn_gate.parse_probe(text),
+        "holders": {},
+    }
+    words = labelled.get("uname", "").split()
+    if len(words) >= 3:
+        out["kernel"], out["arch"] = words[1], words[2]
+    toolkits: set[str] = set()
+    for label, body in found:
+        kind, _, rest = label.partition(" ")
+        if kind == "toolkit":
+            try:
+                toolkits.add(parse_cann_install_info(body).version)
+            except ParseError:
+                continue
+        elif kind == "fact":
+            out["facts"][rest] = _json(body)
+        elif kind == "journal":
+            out["journals"][rest] = [
+                _ANSI.sub("", line).rstrip() for line in body.splitlines() if line.strip()
+            ]
+        elif kind == "plog":
+            out["plog"] = {"path": rest, "lines": body.splitlines()}
+    out["cann"]["toolkits"] = sorted(toolkits)
+    if "record" in labelled:
+        out["record"] = _json(labelled["record"])
+    if "daemon.json" in labelled:
+        out["daemon_json"] = _json(labelled["daemon.json"])
+    if "show" in labelled:
+        out["units"] = parse_show_units(labelled["show"])
+    for line in labelled.get("containers", "").splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) >= 2:
+            out["containers"][parts[1]] = {"id": parts[0], "status": parts[2] if len(parts) > 2 else ""}
+    if "dkms-tree" in labelled:
+        root = DKMS_TREE + "/"
+        out["dkms_builds"] = [
+            p.removeprefix(root) for p in labelled["dkms-tree"].split() if p.startswith(root)
+        ]
+    for label, body in sections(holders):
+        kind, _, pid = label.partition(" ")
+        if kind == "cgroup" and pid.isdigit():
+            out["holders"][pid] = hccn_gate.unit_of_cgroup(body)
+    return out
+
+
+def _os_release(text: str) -> dict[str, str]:
+    return {key: value.strip("\"'") for key, value in parse_show(text).items()}
+
+
+def _json(text: str) -> Any:
+    """A JSON file's content, or ``"unreadable: ..."`` (a broken daemon.json is a finding, not a crash)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        return f"unreadable: {exc}"
