@@ -17,11 +17,9 @@ $(VENV)/.installed: pyproject.toml provision-sim/pyproject.toml
 # Debian packages the simulated cluster and the tests need (root; once per change of the list).
 deps: $(VENV)/.apt-installed
 
-$(VENV)/.apt-installed: .ci/apt-packages.txt
+$(VENV)/.apt-installed: .ci/apt-packages.txt .ci/apt-install
 	mkdir -p $(VENV)
-	DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		$$(grep -v '^\s*#' .ci/apt-packages.txt) >/dev/null
+	sh .ci/apt-install
 	touch $@
 
 # The main job on the embedded default: a simulated 2-node cluster (openEuler + Ubuntu flavours,

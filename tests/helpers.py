@@ -8,6 +8,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import textwrap
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -430,3 +432,135 @@ def icmp_allowed() -> bool:
         except OSError:
             continue
     return False
+
+
+METRICS = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def metric_families(name: str) -> dict[str, str]:
+    """``tests/fixtures/metrics/<name>.txt`` (``TYPE name`` lines, from the real sources they cite): family
+    name -> type."""
+    out: dict[str, str] = {}
+    for line in (METRICS / f"{name}.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            kind, family = line.split()
+            out[family] = kind
+    return out
+
+
+def promtool() -> str:
+    """The real promtool (Debian's ``prometheus`` package). Missing: fail, so CI never passes without the rule
+    tests; ``PROVISION_ALLOW_SKIP=1`` skips them instead, but never where ``CI`` is set."""
+    found = shutil.which("promtool")
+    if found:
+        return found
+    reason = "promtool not found: apt-get install prometheus (Debian's package; see .ci/apt-packages.txt)"
+    if os.environ.get("PROVISION_ALLOW_SKIP") == "1" and not os.environ.get("CI"):
+        pytest.skip(reason)
+    pytest.fail(reason, pytrace=False)
+
+
+# Identifiers of a PromQL expression that are not metric names.
+PROMQL_WORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool", "offset",
+    "sum", "min", "max", "avg", "count", "topk", "bottomk", "quantile", "stddev", "stdvar", "rate", "irate",
+    "increase", "delta", "idelta", "deriv", "histogram_quantile", "changes", "resets", "abs", "clamp_min",
+    "clamp_max", "vector", "scalar", "time", "absent", "label_replace", "max_over_time", "min_over_time",
+    "avg_over_time", "sum_over_time", "le", "inf", "nan",
+}  # fmt: skip
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects: identifiers outside label matchers, ranges and strings that
+    are not PromQL's own words or a grouping clause's labels."""
+    bare = re.sub(r'"[^"]*"', "", expr)
+    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", bare)
+    bare = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", bare)
+    names = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare))
+    return {n for n in names if n.lower() not in PROMQL_WORDS and not re.fullmatch(r"\d+[smhdwy]?", n)}
+
+
+def known_metrics() -> set[str]:
+    """Every series name the exporter and the engine expose (a counter's _total, a histogram's series)."""
+    names = {"up"}
+    for source in ("npu-exporter", "vllm-0.32"):
+        for family, kind in metric_families(source).items():
+            if kind == "counter":
+                names.add(family if family.endswith("_total") else f"{family}_total")
+            elif kind == "histogram":
+                names |= {f"{family}_bucket", f"{family}_sum", f"{family}_count"}
+            else:
+                names.add(family)
+    return names
+
+
+class Prometheus:
+    """Debian's real Prometheus (beside :func:`promtool`) on a free loopback port for its web UI and API,
+    with ``config`` and a temporary storage in ``folder``; stopped by its PID with :meth:`stop`."""
+
+    def __init__(self, config: Path, folder: Path) -> None:
+        self.config, self.folder = config, folder
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self, timeout: float = 30) -> Prometheus:
+        with socket.socket() as sock:  # the kernel's pick: free now
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        argv = [
+            str(Path(promtool()).with_name("prometheus")),
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={self.folder / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+        ]
+        log = (self.folder / "prometheus.log").open("w")
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
+        log.close()
+        self.wait("Prometheus ready", lambda: self._get("/-/ready").startswith("Prometheus"), timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, 15)
+            self.proc.wait(timeout=30)
+
+    def log(self) -> str:
+        return (self.folder / "prometheus.log").read_text(errors="replace")[-3000:]
+
+    def _get(self, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
+            return str(response.read().decode())
+
+    def api(self, path: str, **params: str) -> Any:
+        """``data`` of ``/api/v1/<path>``."""
+        query = "?" + urllib.parse.urlencode(params) if params else ""
+        return json.loads(self._get(f"/api/v1/{path}{query}"))["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.api("query", query=expr)["result"]
+        return result
+
+    def targets(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.api("targets", state="active")["activeTargets"]
+        return found
+
+    def alerts(self, name: str) -> list[dict[str, Any]]:
+        """The alerts named ``name`` (pending or firing)."""
+        found: list[dict[str, Any]] = self.api("alerts")["alerts"]
+        return [a for a in found if a["labels"].get("alertname") == name]
+
+    def wait(self, what: str, probe: Callable[[], object], timeout: float = 30, every: float = 0.5) -> float:
+        """Seconds until ``probe()`` is true; fails with Prometheus' log when it exits or time runs out."""
+        started = time.monotonic()
+        last: Exception | None = None
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                pytest.fail(f"prometheus exited {self.proc.returncode}:\n{self.log()}", pytrace=False)
+            try:
+                if probe():
+                    return time.monotonic() - started
+            except (OSError, ValueError, KeyError) as exc:
+                last = exc
+            if time.monotonic() - started > timeout:
+                pytest.fail(f"{what}: not within {timeout:.0f} s ({last!r})\n{self.log()}", pytrace=False)
+            time.sleep(every)

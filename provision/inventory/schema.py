@@ -39,6 +39,7 @@ OWNED_PREFIXES = (
     "npu_pools_",
     "container_runtime_",
     "vllm_serve_",
+    "monitoring_",
 )
 GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DRIVER_VERSION = re.compile(r"^\d+\.\d+(\.[0-9A-Za-z]+){0,3}$")  # 25.0.rc1.1, 25.5.1, 24.1.rc1

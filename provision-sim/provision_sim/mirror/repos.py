@@ -57,6 +57,7 @@ from provision.ascend import lock
 from provision.errors import EnvironmentProblem, ProvisionError
 from provision_sim import images, rootfs
 from provision_sim.mirror import run_files as mirror
+from provision_sim.mirror.exporter import build_exporter
 from provision_sim.system import ProcessRef, locked, read_ref
 
 CONTENT_VERSION = 3
@@ -590,6 +591,8 @@ def build_mirror(
         shutil.copy(work / "key.asc", dest / "ubuntu" / APT_KEY_NAME)
         if "busybox-static" in debs:
             _verify_image(dest / "images", debs["busybox-static"], target, work / "busybox")
+    # Before the .run files: their sha256sums.txt lists the exporter too.
+    build_exporter(dest / "ascend")
     for number, versions in enumerate(ascend_sets()):
         mirror.build_artifacts(
             dest / "ascend",

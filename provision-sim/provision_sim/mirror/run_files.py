@@ -209,10 +209,13 @@ def build_artifacts(
 
 
 def write_sha256sums(dest: Path) -> Path:
-    """``<sha256>  <name>`` for every ``*.run`` in ``dest`` (sorted by name)."""
-    lines = [
-        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in sorted(Path(dest).glob("*.run"))
+    """``<sha256>  <name>`` for every ``*.run`` in ``dest`` and its ``npu-exporter`` (sorted by name)."""
+    listed = [
+        p
+        for p in sorted(Path(dest).iterdir())
+        if p.is_file() and (p.suffix == ".run" or p.name == "npu-exporter")
     ]
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in listed]
     path = Path(dest) / SHA256SUMS
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(lines), encoding="utf-8")

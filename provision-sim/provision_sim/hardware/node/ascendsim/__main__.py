@@ -1,14 +1,15 @@
-"""``python3 -m ascendsim <tool> [args]``: npu-smi, hccn_tool, boot, install, uninstall."""
+"""``python3 -m ascendsim <tool> [args]``: npu-smi, hccn_tool, npu-exporter, boot, install, uninstall."""
 
 from __future__ import annotations
 
 import sys
 
-from . import boot, hccn, installer, npusmi
+from . import boot, exporter, hccn, installer, npusmi
 
 TOOLS = {
     "npu-smi": npusmi.main,
     "hccn_tool": hccn.main,
+    "npu-exporter": exporter.main,
     "boot": boot.main,
     "install": installer.main,
     "uninstall": installer.main,

@@ -1,0 +1,101 @@
+"""What Prometheus scrapes in a fleet, from the inventory: every NPU node's NPU-Exporter and every vLLM
+instance that serves an API (single-node pools, and the head of each multi-node serving group: its workers
+run headless and serve no HTTP). Pure functions; the monitoring role writes their result as ``file_sd``
+target files and a scrape configuration.
+
+Labels: an exporter target carries ``host`` and ``stack``; an engine target ``host``, ``pool``, ``model``
+(the served model name clients ask for), ``profile`` and ``stack``. The exporter's series are per NPU (label
+``id``), so the ``pool`` of an NPU series comes from :func:`pool_relabel_configs`: one metric relabelling per
+pool that maps (host, id) to the pool's name, applied by the exporter job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, TypedDict
+
+from provision.inventory.groups import serving_groups_of
+from provision.inventory.load import host_var
+from provision.inventory.schema import NpuPool
+from provision.serving.profiles import instances
+
+EXPORTER_JOB = "npu-exporter"
+ENGINE_JOB = "vllm"
+
+
+class Target(TypedDict):
+    """One entry of a Prometheus ``file_sd`` file."""
+
+    targets: list[str]
+    labels: dict[str, str]
+
+
+def _address(hostvars: Any, host: str) -> str:
+    return str(host_var(hostvars, host, "ansible_host", host))
+
+
+def _stack(hostvars: Any, host: str) -> str:
+    return str(host_var(hostvars, host, "provision_stack", "") or "")
+
+
+def exporter_targets(hosts: Iterable[str], hostvars: Any, port: int) -> list[Target]:
+    """The NPU-Exporter of every host, at its inventory address."""
+    return [
+        Target(targets=[f"{_address(hostvars, h)}:{port}"], labels={"host": h, "stack": _stack(hostvars, h)})
+        for h in map(str, hosts)
+    ]
+
+
+def engine_targets(hosts: Iterable[str], hostvars: Any) -> list[Target]:
+    """Every vLLM instance that serves an API: one per single-node pool with a profile, one per multi-node
+    serving group (at its head)."""
+    names = [str(h) for h in hosts]
+    heads = {(g.pool, g.head.host) for g in serving_groups_of(names, hostvars)}
+    out: list[Target] = []
+    for host in names:
+        pools = host_var(hostvars, host, "npu_pools_list", []) or []
+        profiles = host_var(hostvars, host, "vllm_serve_profiles", {}) or {}
+        for inst in instances(pools, profiles):
+            if inst.nodes > 1 and (inst.pool, host) not in heads:
+                continue
+            labels = {
+                "host": host,
+                "pool": inst.pool,
+                "model": inst.served_model_name,
+                "profile": inst.profile,
+                "stack": _stack(hostvars, host),
+            }
+            out.append(Target(targets=[f"{_address(hostvars, host)}:{inst.port}"], labels=labels))
+    return out
+
+
+def pool_relabel_configs(hosts: Iterable[str], hostvars: Any) -> list[dict[str, Any]]:
+    """``metric_relabel_configs`` of the exporter job: an NPU series of ``host`` whose ``id`` is a device of a
+    pool gets ``pool="<name>"`` (NPUs in no pool get none)."""
+    out: list[dict[str, Any]] = []
+    for host in map(str, hosts):
+        for raw in host_var(hostvars, host, "npu_pools_list", []) or []:
+            pool = NpuPool.model_validate(raw)
+            ids = "|".join(str(d) for d in sorted(pool.devices))
+            out.append(
+                {
+                    "source_labels": ["host", "id"],
+                    "separator": ";",
+                    "regex": f"{re.escape(host)};({ids})",
+                    "target_label": "pool",
+                    "replacement": pool.name,
+                }
+            )
+    return out
+
+
+def scrape_targets(hosts: Iterable[str], hostvars: Any, exporter_port: int) -> dict[str, Any]:
+    """``{"npu-exporter": [...], "vllm": [...], "pool_relabel_configs": [...]}`` for ``hosts`` (the NPU nodes,
+    in inventory order)."""
+    names = [str(h) for h in hosts]
+    return {
+        EXPORTER_JOB: exporter_targets(names, hostvars, exporter_port),
+        ENGINE_JOB: engine_targets(names, hostvars),
+        "pool_relabel_configs": pool_relabel_configs(names, hostvars),
+    }

@@ -1,0 +1,251 @@
+"""The monitoring stage end to end on the shared serving cluster (container mode: the simulated driver with
+npu-smi, docker and the real vLLM CPU engine on both nodes, ``cluster.py``):
+
+1. ``apply -p monitoring -e monitoring_enabled=true`` installs the mirror's NPU-Exporter on both nodes (its
+   sha256 checked, a systemd unit) and writes the drop-in files on the controller; a second apply changes
+   nothing and downloads nothing.
+2. Debian's real Prometheus, started here with the generated ``prometheus.yml`` (its targets, relabelling
+   and the collection's rules; the scrape interval is the role's variable, 2 s here), scrapes the exporters
+   and the engines over the cluster network: every target up, the engine's and the exporter's series per
+   host and pool.
+3. Fault drills, at once so that their ``for:`` windows overlap: an NPU of node1 made unhealthy fires
+   ``NpuUnhealthy`` after its real ``for:`` and resolves once cleared; node2's engine stopped fires
+   ``VllmEngineDown`` after its ``for:`` and resolves once it serves again. The cluster is left healthy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provision.paths import ansible_root
+from provision_sim import hardware
+from provision_sim.mirror.exporter import build_exporter
+from tests.helpers import Prometheus, journals, json_summary, mirror_vars
+from tests.integration.serving.cluster import POOL_NAME, PORT, UNIT, Served
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.engine,
+    pytest.mark.slow,
+    pytest.mark.parametrize("served", ["container"], indirect=True),
+]
+
+EXPORTER_UNIT = "npu-exporter.service"
+EXPORTER_PORT = 8082  # the role's default, the vendor's
+INTERVAL_S = 2  # monitoring_scrape_interval for this Prometheus (scrape and rule evaluation)
+UPDATE_S = 5  # the exporter's -updateTime (the role's default): a fault shows within this
+RULES = ansible_root() / "roles" / "monitoring" / "files" / "rules"
+NODES = ("node1", "node2")
+
+
+def rule_for_s(alert: str) -> float:
+    """The ``for:`` window of ``alert`` in the collection's rules, in seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    for path in RULES.glob("*.yml"):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                if rule.get("alert") == alert:
+                    window = re.fullmatch(r"(\d+)([smh])", str(rule["for"]))
+                    assert window, f"{path}: {alert} has for: {rule['for']}"
+                    return float(window[1]) * units[window[2]]
+    raise AssertionError(f"no alert {alert} in {RULES}")
+
+
+@dataclass
+class Monitored:
+    served: Served
+    dropin: Path
+    first: dict[str, Any]
+    second: dict[str, Any]
+    exporter_gets: tuple[int, int]  # downloads of the binary after the first and the second apply
+    prometheus: Prometheus
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def exporter_gets(served: Served) -> int:
+    """How many times the nodes downloaded the exporter binary (the mirror's log, http.server format)."""
+    mirror = str(mirror_vars(served.cluster)["provision_mirror_url"]).split("/", 3)[3]
+    log = (served.cluster.dir / "mirror.log").read_text(errors="replace")
+    return len(re.findall(rf'"GET /{re.escape(mirror)}/npu-exporter HTTP', log))
+
+
+@pytest.fixture(scope="module")
+def monitored(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitored]:
+    dropin = tmp_path_factory.mktemp("monitoring")
+    args = (
+        "--json",
+        "-e",
+        "monitoring_enabled=true",
+        "-e",
+        f"monitoring_controller_dir={dropin}",
+        "-e",
+        f"monitoring_scrape_interval={INTERVAL_S}s",
+    )
+    timings: dict[str, float] = {}
+    begun = time.monotonic()
+    first = json_summary(
+        served.apply(*args, playbook="monitoring"),
+        "apply -p monitoring" + journals(served.cluster, EXPORTER_UNIT),
+    )
+    timings["first apply"] = time.monotonic() - begun
+    gets = exporter_gets(served)
+    begun = time.monotonic()
+    second = json_summary(served.apply(*args, playbook="monitoring"), "second apply -p monitoring")
+    timings["second apply"] = time.monotonic() - begun
+    prometheus = Prometheus(dropin / "prometheus.yml", tmp_path_factory.mktemp("prometheus")).start()
+    try:
+        yield Monitored(served, dropin, first, second, (gets, exporter_gets(served)), prometheus, timings)
+    finally:
+        prometheus.stop()
+        print("\nobservability: " + ", ".join(f"{what} {s:.1f} s" for what, s in timings.items()))
+
+
+def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored, tmp_path: Path) -> None:
+    served = monitored.served
+    hosts = monitored.first["hosts"]
+    assert sorted(hosts) == list(NODES)
+    assert all(stats["changed"] > 0 and stats["failed"] == 0 for stats in hosts.values()), hosts
+    for node in NODES:
+        assert served.sh(node, "systemctl", "is-active", EXPORTER_UNIT).strip() == "active"
+        assert served.sh(node, "systemctl", "is-enabled", EXPORTER_UNIT).strip() == "enabled"
+        unit = served.sh(node, "systemctl", "cat", EXPORTER_UNIT)
+        assert f"-ip=0.0.0.0 -port={EXPORTER_PORT} -updateTime={UPDATE_S} -containerMode=docker" in unit
+    installed = {served.sh(n, "sha256sum", "/usr/local/bin/npu-exporter").split()[0] for n in NODES}
+    mirrored = hashlib.sha256(build_exporter(tmp_path).read_bytes()).hexdigest()  # builds are deterministic
+    assert installed == {mirrored}, "both nodes run the mirror's binary"
+
+    changed = {host: stats["changed"] for host, stats in monitored.second["hosts"].items()}
+    assert changed == {"node1": 0, "node2": 0}, "the second apply changed nothing"
+    assert monitored.exporter_gets == (2, 2), "one download per node, none by the second apply"
+
+    exporters = json.loads((monitored.dropin / "targets" / "npu-exporter.json").read_text())
+    engines = json.loads((monitored.dropin / "targets" / "vllm.json").read_text())
+    ips = {node: served.cluster.node(node).ip for node in NODES}
+    assert [(t["targets"], t["labels"]["host"]) for t in exporters] == [
+        ([f"{ips[n]}:{EXPORTER_PORT}"], n) for n in NODES
+    ]
+    assert [(t["targets"], t["labels"]["host"], t["labels"]["pool"]) for t in engines] == [
+        ([f"{ips[n]}:{PORT}"], n, POOL_NAME) for n in NODES
+    ]
+    for name in ("npu.yml", "targets.yml", "vllm.yml"):
+        assert (monitored.dropin / "rules" / name).read_bytes() == (RULES / name).read_bytes()
+    assert (monitored.dropin / "dashboards" / "provision-fleet.json").is_file()
+
+
+def test_prometheus_has_every_target_up_and_the_series_per_host_and_pool(monitored: Monitored) -> None:
+    prometheus, served = monitored.prometheus, monitored.served
+    begun = time.monotonic()
+
+    def all_up() -> bool:
+        found = prometheus.targets()
+        return len(found) == 4 and all(t["health"] == "up" for t in found)
+
+    monitored.timings["every target up"] = prometheus.wait("every target up", all_up, timeout=60)
+    targets = {(t["labels"]["job"], t["labels"]["host"]): t["scrapeUrl"] for t in prometheus.targets()}
+    ips = {node: served.cluster.node(node).ip for node in NODES}
+    assert targets == {
+        **{("npu-exporter", n): f"http://{ips[n]}:{EXPORTER_PORT}/metrics" for n in NODES},
+        **{("vllm", n): f"http://{ips[n]}:{PORT}/metrics" for n in NODES},
+    }
+
+    def per_host(expr: str) -> dict[str, list[dict[str, str]]]:
+        out: dict[str, list[dict[str, str]]] = {}
+        for series in prometheus.query(expr):
+            out.setdefault(series["metric"]["host"], []).append(series["metric"])
+        return out
+
+    prometheus.wait("the engines' series", lambda: len(per_host("vllm:num_requests_running")) == 2)
+    running = per_host("vllm:num_requests_running")
+    for node in NODES:
+        (series,) = running[node]
+        assert (series["pool"], series["profile"]) == (POOL_NAME, "smollm2-cpu"), series
+        assert series["model"] == series["model_name"], "the target's model is the name vLLM serves"
+        assert series["instance"] == f"{ips[node]}:{PORT}"
+
+    prometheus.wait("the NPU series", lambda: len(per_host("npu_chip_info_hbm_used_memory")) == 2)
+    hbm = per_host("npu_chip_info_hbm_used_memory")
+    npus = len(json.loads(served.sh("node1", "cat", hardware.HW_CONFIG))["npus"])
+    pooled = per_host(f'npu_chip_info_hbm_used_memory{{pool="{POOL_NAME}"}}')
+    pool_npus = [str(d) for p in served.settings()["npu_pools_list"] for d in p["devices"]]
+    for node in NODES:
+        assert len(hbm[node]) == npus, hbm[node]
+        assert [s["id"] for s in pooled[node]] == pool_npus, "the pool's NPU got its pool label"
+    assert prometheus.api("alerts")["alerts"] == [], "a healthy cluster has no alert pending"
+    monitored.timings["series"] = time.monotonic() - begun
+
+
+def test_fault_drills_fire_their_alerts_within_for_and_resolve(monitored: Monitored) -> None:
+    prometheus, served = monitored.prometheus, monitored.served
+    npu = next(iter(served.settings()["npu_pools_list"]))["devices"][0]  # the pool's NPU on node1
+    npu_for, engine_for = rule_for_s("NpuUnhealthy"), rule_for_s("VllmEngineDown")
+    slack = 10.0  # the polling here and a loaded 2-core machine
+
+    def state(alert: str, **labels: str) -> str:
+        found = [a for a in prometheus.alerts(alert) if labels.items() <= a["labels"].items()]
+        return str(found[0]["state"]) if found else ""
+
+    root = served.cluster.node("node1").root
+    assert prometheus.api("alerts")["alerts"] == [], "nothing pending before the drills"
+    begun = time.monotonic()
+    hardware.set_faults(root, {"npu_health": {str(npu): "Critical"}})
+    served.sh("node2", "systemctl", "stop", UNIT)  # returns once the engine's port is closed
+    stopped = time.monotonic()
+    try:
+        # the NPU: health 0 within -updateTime and a scrape, pending, firing once for: has passed
+        unhealthy = {"host": "node1", "id": str(npu), "pool": POOL_NAME}
+        prometheus.wait(
+            "NpuUnhealthy pending",
+            lambda: state("NpuUnhealthy", **unhealthy) == "pending",
+            UPDATE_S + 3 * INTERVAL_S + slack - (time.monotonic() - begun),
+        )
+        prometheus.wait(
+            "NpuUnhealthy firing",
+            lambda: state("NpuUnhealthy", **unhealthy) == "firing",
+            npu_for + UPDATE_S + 3 * INTERVAL_S + slack - (time.monotonic() - begun),
+        )
+        fired = time.monotonic() - begun
+        assert fired >= npu_for, (
+            f"NpuUnhealthy fired {fired:.0f} s after the fault, before its for: {npu_for:.0f} s"
+        )
+        (alert,) = prometheus.alerts("NpuUnhealthy")
+        assert (
+            alert["labels"]["severity"] == "critical"
+            and "npu-smi info -t health" in alert["annotations"]["runbook"]
+        )
+        hardware.set_faults(root, {"npu_health": None})
+        cleared = time.monotonic()
+        prometheus.wait(
+            "NpuUnhealthy resolved",
+            lambda: not prometheus.alerts("NpuUnhealthy"),
+            UPDATE_S + 2 * INTERVAL_S + slack,
+        )
+        monitored.timings["NpuUnhealthy firing"] = fired
+        monitored.timings["NpuUnhealthy resolved"] = time.monotonic() - cleared
+
+        # the engine: its target down at the next scrape, firing once for: has passed
+        down = {"host": "node2", "pool": POOL_NAME}
+        left = engine_for + 2 * INTERVAL_S + slack - (time.monotonic() - stopped)
+        prometheus.wait("VllmEngineDown firing", lambda: state("VllmEngineDown", **down) == "firing", left)
+        monitored.timings["VllmEngineDown firing"] = time.monotonic() - stopped
+        assert time.monotonic() - begun >= engine_for, "VllmEngineDown fired before its for:"
+        assert [a["labels"]["host"] for a in prometheus.alerts("VllmEngineDown")] == ["node2"]
+    finally:
+        hardware.set_faults(root, {"npu_health": None})
+        served.sh("node2", "systemctl", "start", UNIT)
+    restarted = time.monotonic()
+    served.wait_ready("node2")
+    prometheus.wait(
+        "VllmEngineDown resolved", lambda: not prometheus.alerts("VllmEngineDown"), 2 * INTERVAL_S + slack
+    )
+    monitored.timings["node2 serving again"] = time.monotonic() - restarted
+    assert prometheus.api("alerts")["alerts"] == [], "the cluster is left healthy"
