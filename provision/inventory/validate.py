@@ -147,7 +147,18 @@ class _Report:
 
     _by_key: dict[tuple[Any, ...], Issue] = field(default_factory=dict)
 
-    def add(self, scope: str, field_path: str, value: Any, message: str, origin: Origin | None) -> None:
+    def add(
+        self,
+        scope: str,
+        field_path: str,
+        value: Any,
+        message: str,
+        origin: Origin | None,
+        raw: Any = _MISSING,
+    ) -> None:
+        """``raw``: the value as loaded (its tags say whether it came from the vault) if ``value`` is not."""
+        if _from_vault(value if raw is _MISSING else raw, origin):
+            value = _VAULTED  # a decrypted secret is named, never printed
         key = (origin, field_path, message) if origin else (scope, field_path, message)
         existing = self._by_key.get(key)
         if existing is None:
@@ -190,7 +201,37 @@ def _scope_for(host: str, origin: Origin | None, scopes: Scopes | None = None) -
     return f"host {host}"
 
 
+class _Vaulted:
+    def __repr__(self) -> str:
+        return "<from the vault, not shown>"
+
+
+_VAULTED: Any = _Vaulted()
+
+
+def _from_vault(value: Any, origin: Origin | None) -> bool:
+    """Whether ``value`` was decrypted from an inline ``!vault`` or written in a vault-encrypted file."""
+    from ansible.parsing.vault import VaultHelper
+
+    if value is not _MISSING and VaultHelper.get_ciphertext(value, with_tags=False) is not None:
+        return True
+    return origin is not None and _encrypted_file(origin.path)
+
+
+@cache
+def _encrypted_file(path: str) -> bool:
+    from ansible.parsing.vault import is_encrypted_file
+
+    try:
+        with open(path, "rb") as handle:
+            return bool(is_encrypted_file(handle))
+    except OSError:
+        return False
+
+
 def _show(value: Any) -> str:
+    if value is _VAULTED:
+        return repr(value)
     text = repr(plain(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -320,7 +361,8 @@ def _check_host(
 
     def add(path: Path_, value: Any, message: str) -> None:
         origin = _origin_at(owned, path)
-        report.add(_scope_for(host, origin, scopes), _dotted(path), value, message, origin)
+        scope = _scope_for(host, origin, scopes)
+        report.add(scope, _dotted(path), value, message, origin, _walk(owned, path))
 
     def scope_at(path: Path_) -> str | None:
         """The group or host the value at ``path`` was written for; None for a role's default."""

@@ -124,7 +124,7 @@ def decrypted(value: Any, secrets: list[tuple[str, Any]], name: str) -> Any:
     validation types what the roles will see; InputError naming the file, line and variable otherwise."""
     from ansible.errors import AnsibleError
     from ansible.module_utils._internal._datatag import AnsibleTagHelper
-    from ansible.parsing.vault import EncryptedString, VaultHelper, VaultLib
+    from ansible.parsing.vault import EncryptedString, VaultedValue, VaultHelper, VaultLib
 
     if type(value) is EncryptedString:
         ciphertext = VaultHelper.get_ciphertext(value, with_tags=True)
@@ -138,7 +138,9 @@ def decrypted(value: Any, secrets: list[tuple[str, Any]], name: str) -> Any:
             raise InputError(
                 f"{where}: {name}: an inline !vault value cannot be decrypted: {reason}; {HINT}"
             ) from None
-        return AnsibleTagHelper.tag(text, AnsibleTagHelper.tags(value))
+        # VaultedValue, as Ansible's own decryption tags it: validation then knows not to print it
+        vaulted = VaultedValue(ciphertext=VaultHelper.get_ciphertext(value, with_tags=False))
+        return AnsibleTagHelper.tag(text, AnsibleTagHelper.tags(value) | {vaulted})
     if isinstance(value, Mapping):
         items = {key: decrypted(item, secrets, name) for key, item in value.items()}
         changed = any(items[key] is not item for key, item in value.items())

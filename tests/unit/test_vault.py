@@ -128,8 +128,25 @@ def test_an_inline_vault_value_that_decrypts_to_a_bad_value_is_refused_naming_it
     )
     assert code == 2
     assert (
-        "group_vars/npu_nodes.yml:1: group npu_nodes: ascend_npu_count = '99': must be less than or" in output
+        "group_vars/npu_nodes.yml:1: group npu_nodes: ascend_npu_count = <from the vault, not shown>: "
+        "must be less than or"
+    ) in output
+    assert "'99'" not in output, "a decrypted value is named, never printed"
+
+
+def test_a_bad_value_of_a_vault_encrypted_file_is_refused_without_showing_it(
+    vaulted_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (vaulted_file.parent / "group_vars" / "all.yml").write_bytes(
+        encrypted("vllm_serve_api_key: from-the-vault\nascend_npu_count: 99\n")
     )
+    secret = password_file(vaulted_file.parent)
+    code, output = run_cli(
+        ["validate", str(vaulted_file), "--vault-password-file", str(secret)], monkeypatch, capsys
+    )
+    assert code == 2, output
+    assert "group_vars/all.yml" in output and "ascend_npu_count = <from the vault, not shown>" in output
+    assert "99" not in output.replace("ascend_npu_count", "")
 
 
 @pytest.mark.parametrize("password", [None, "not-the-password"])
