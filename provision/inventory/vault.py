@@ -1,13 +1,12 @@
 """Vault secrets as ansible-playbook gets them, read once per command by Ansible's own CLI machinery.
 
 ``--vault-id [LABEL@]SOURCE`` (repeatable; SOURCE a password file, a client script or ``prompt``),
-``--vault-password-file FILE`` and ``--ask-vault-pass``, after the identities of
-``ANSIBLE_VAULT_IDENTITY_LIST`` and the file of ``ANSIBLE_VAULT_PASSWORD_FILE``: ``CLI.setup_vault_secrets``
-turns them into Ansible's
-``FileVaultSecret``/``PromptVaultSecret`` objects. The inventory loader decrypts with them (whole vault files
-and inline ``!vault`` values alike), and the run is given the same secrets: a file or script as the user named
-it, a prompted password through a private file outside the run directory (no second prompt, nothing on disk
-once the run ends).
+``--vault-password-file FILE`` and ``--ask-vault-pass`` (or ``ANSIBLE_ASK_VAULT_PASS``), after the identities
+of ``ANSIBLE_VAULT_IDENTITY_LIST`` and the file of ``ANSIBLE_VAULT_PASSWORD_FILE``:
+``CLI.setup_vault_secrets`` turns them into Ansible's ``FileVaultSecret``/``PromptVaultSecret`` objects. The
+inventory loader decrypts with them (whole vault files and inline ``!vault`` values alike), and the run is
+given the same secrets: a file or script as the user named it, a prompted password through a private file
+outside the run directory (no second prompt, nothing on disk once the run ends).
 """
 
 from __future__ import annotations
@@ -43,7 +42,14 @@ class Vault:
         from ansible.cli import CLI
 
         ids = [*C.DEFAULT_VAULT_IDENTITY_LIST, *self.ids]
-        return self.ask or any(CLI.split_vault_id(slug)[1] in _PROMPTS for slug in ids)
+        return self.asks() or any(CLI.split_vault_id(slug)[1] in _PROMPTS for slug in ids)
+
+    def asks(self) -> bool:
+        """``--ask-vault-pass``, or Ansible's ``ask_vault_pass`` setting (``$ANSIBLE_ASK_VAULT_PASS``, the
+        cfg): ansible-playbook's default for the option."""
+        from ansible import constants as C
+
+        return self.ask or bool(C.DEFAULT_ASK_VAULT_PASS)
 
     def secrets(self) -> list[tuple[str, Any]]:
         """(vault id, VaultSecret) pairs, as ansible-playbook builds them; InputError (exit 2) when a password
@@ -69,7 +75,7 @@ class Vault:
                 DataLoader(),
                 vault_ids=[*C.DEFAULT_VAULT_IDENTITY_LIST, *self.ids],
                 vault_password_files=list(self.password_files),
-                ask_vault_pass=self.ask,
+                ask_vault_pass=self.asks(),
                 auto_prompt=False,
                 initialize_context=False,  # the process-wide context may be set once only
             )

@@ -82,6 +82,7 @@ def no_vault_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
     monkeypatch.setattr(C, "DEFAULT_VAULT_PASSWORD_FILE", None)
     monkeypatch.setattr(C, "DEFAULT_VAULT_IDENTITY_LIST", [])
+    monkeypatch.setattr(C, "DEFAULT_ASK_VAULT_PASS", False)
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
 
 
@@ -221,6 +222,25 @@ def test_ask_vault_pass_asks_on_a_terminal(
     code, output = run_cli(["validate", str(vaulted_file), "--ask-vault-pass"], monkeypatch, capsys)
     assert code == 0, output
     assert asked == ["Vault password: "]  # ansible-playbook's prompt, asked once
+
+
+def test_ansible_ask_vault_pass_setting_asks_as_the_option_does(
+    vaulted_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ansible import constants as C
+
+    asked: list[str] = []
+
+    def getpass(prompt: str = "") -> str:
+        asked.append(prompt)
+        return PASSWORD
+
+    monkeypatch.setattr(C, "DEFAULT_ASK_VAULT_PASS", True)  # what $ANSIBLE_ASK_VAULT_PASS=1 sets
+    monkeypatch.setattr("getpass.getpass", getpass)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    code, output = run_cli(["validate", str(vaulted_file)], monkeypatch, capsys)
+    assert code == 0, output
+    assert asked == ["Vault password: "]
 
 
 @pytest.mark.parametrize("option", [["--ask-vault-pass"], ["--vault-id", "ops@prompt"]])
