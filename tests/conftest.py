@@ -50,6 +50,28 @@ InventoryAnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
 ClusterFactory = Callable[..., Cluster]
 
 
+_TESTS = Path(__file__).parent
+_SESSION_CLUSTER_FIXTURES = {"sim_cluster", "sim_inventory", "sim_ansible"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups of tests that one worker runs in order (``-n 2 --dist loadgroup``, the Makefile's ``test``):
+    those that share a cluster or another costly fixture stay together, so that none is built twice and
+    module fixtures keep their order. Collection order is the schedule: the serving package (the longest
+    group) first, the unit modules last."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if _SESSION_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            group = "sim_cluster"
+        elif item.path.is_relative_to(_TESTS / "integration" / "serving"):
+            group = "serving"
+        else:
+            group = item.path.relative_to(_TESTS).as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def sim_unavailable(reason: str) -> NoReturn:
     """Skip (with ``PROVISION_ALLOW_SKIP=1``) or fail: CI must never skip the cluster tests silently."""
     if os.environ.get("PROVISION_ALLOW_SKIP") == "1":
@@ -164,21 +186,58 @@ def _sysctl_path(name: str) -> Path:
     return Path("/proc/sys") / name.replace(".", "/")
 
 
-@pytest.fixture(scope="session")
-def fresh_host_network() -> Iterator[dict[str, str]]:
-    """The host's network sysctls as on a new machine while the session's clusters run; restored after."""
+def _set_fresh_host_network() -> dict[str, str]:
+    """Set the host's network sysctls to a new machine's; return what they were."""
     kept = {name: _sysctl_path(name).read_text().strip() for name in FRESH_HOST_SYSCTLS}
     try:
         for name, value in FRESH_HOST_SYSCTLS.items():
             _sysctl_path(name).write_text(f"{value}\n")
     except OSError as exc:  # not root: the cluster tests then skip or fail on their own
         print(f"fresh_host_network: host sysctls left as they are: {exc}", file=sys.stderr)
+    return kept
+
+
+def _restore_host_network(kept: dict[str, str]) -> None:
+    for name, value in kept.items():
+        with contextlib.suppress(OSError):
+            _sysctl_path(name).write_text(f"{value}\n")
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return not _is_xdist_worker(config) and bool(getattr(config.option, "numprocesses", None))
+
+
+_KEPT_HOST_NETWORK = pytest.StashKey[dict[str, str]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # With workers (pytest-xdist), the controller sets the host's sysctls once for the whole run and puts
+    # them back after the last worker ended: a worker that finished first must not restore them under
+    # another worker's clusters.
+    if _is_xdist_controller(config) and os.geteuid() == 0:
+        config.stash[_KEPT_HOST_NETWORK] = _set_fresh_host_network()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    kept = config.stash.get(_KEPT_HOST_NETWORK, None)
+    if kept is not None:
+        _restore_host_network(kept)
+
+
+@pytest.fixture(scope="session")
+def fresh_host_network(pytestconfig: pytest.Config) -> Iterator[dict[str, str]]:
+    """The host's network sysctls as on a new machine while the session's clusters run; restored after
+    (by the controller, when the run has workers)."""
+    kept = _set_fresh_host_network()
     try:
         yield dict(FRESH_HOST_SYSCTLS)
     finally:
-        for name, value in kept.items():
-            with contextlib.suppress(OSError):
-                _sysctl_path(name).write_text(f"{value}\n")
+        if not _is_xdist_worker(pytestconfig):
+            _restore_host_network(kept)
 
 
 @pytest.fixture(scope="session")

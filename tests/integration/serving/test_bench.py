@@ -1,16 +1,23 @@
-"""``provision bench INVENTORY`` on the shared serving cluster (container mode: the simulated driver's
-npu-smi and the real vLLM CPU engine on both nodes): every ready instance benchmarked, its pool's NPUs
-sampled with ``npu-smi info -t power`` over ansible-runner while it runs, J/token from their integral."""
+"""``provision bench`` on the shared serving cluster (container mode: the simulated driver's npu-smi and the
+real vLLM CPU engine, SmolLM2-135M, on both nodes):
+
+- ``bench URL``: one engine, the whole path (the server's tokenizer for the random prompts, streamed
+  completions, usage counts, warm-ups left out), its JSON keys and sane values, every request's timings saved;
+- ``bench INVENTORY``: every ready instance benchmarked, its pool's NPUs sampled with ``npu-smi info -t
+  power`` over ansible-runner while it runs, J/token from their integral.
+"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from provision.ascend.npu_smi import parse_npu_smi_power
+from provision_sim.serving import vllm_cpu as engine
 from tests.helpers import provision_cli
-from tests.integration.serving.cluster import POOL_NAME, Served
+from tests.integration.serving.cluster import API_KEY, POOL_NAME, Served
 
 pytestmark = [
     pytest.mark.cluster,
@@ -18,6 +25,33 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.parametrize("served", ["container"], indirect=True),
 ]
+
+PROMPTS = 16
+
+
+def test_bench_an_endpoint_measures_the_real_engine(served: Served, tmp_path: Path) -> None:
+    saved = tmp_path / "result.json"
+    args = ["bench", served.url("node1"), "--api-key", API_KEY, "--num-prompts", str(PROMPTS)]
+    args += ["--random-input-len", "64"]
+    args += ["--random-output-len", "16", "--max-concurrency", "4", "--ignore-eos", "--num-warmups", "1"]
+    done = provision_cli(*args, "--json", "--save-result", str(saved), "--timeout", "900", runs=served.runs)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    result = json.loads(done.stdout)
+    assert (result["completed"], result["failed"], result["num_prompts"]) == (PROMPTS, 0, PROMPTS)
+    assert result["model_id"] == engine.SERVED_MODEL_NAME
+    assert result["total_output_tokens"] == PROMPTS * 16  # --ignore-eos: every token, counted by the server
+    assert result["requests_without_usage"] == 0
+    # the random prompts are built with the server's own tokenizer: within a token or two of the length
+    assert abs(result["total_input_tokens"] / PROMPTS - 64) <= 2
+    for key in ("median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "median_itl_ms"):
+        assert result[key] > 0, key
+    assert result["p99_ttft_ms"] >= result["median_ttft_ms"]
+    assert result["output_throughput"] > 0 and result["request_throughput"] > 0
+    assert result["total_token_throughput"] > result["output_throughput"]
+    assert 0 < result["duration"] < 900
+    assert result["j_per_output_token"] is None and "--power-from" in result["energy_note"]
+    kept = json.loads(saved.read_text())
+    assert len(kept["ttfts"]) == PROMPTS and all(len(itl) == 15 for itl in kept["itls"])
 
 
 def test_bench_an_inventory_measures_each_instance_and_its_npus_energy(served: Served) -> None:
