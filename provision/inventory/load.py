@@ -18,9 +18,13 @@ from provision.errors import InputError
 from provision.inventory import files
 from provision.inventory.vault import HINT, Vault, decrypted
 
-# Same settings as the shipped ansible.cfg, so a broken source is an error, not a warning.
-os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
-os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", "host_list,script,ini,yaml,auto,constructed")
+# The [inventory] settings of provision's ansible.cfg (a source that does not parse is an error, not a warning
+# followed by an empty inventory; the plugins a run enables) -> Ansible's constant and its type. A load uses
+# them where the user's config file and environment leave them unset, as a run does.
+_INVENTORY_SETTINGS = {
+    ("inventory", "any_unparsed_is_failed"): ("INVENTORY_ANY_UNPARSED_IS_FAILED", "bool"),
+    ("inventory", "enable_plugins"): ("INVENTORY_ENABLED", "list"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,30 @@ def origin_of(value: object) -> Origin | None:
 
 
 @contextlib.contextmanager
+def _inventory_settings() -> Iterator[None]:
+    """provision's [inventory] defaults on Ansible's constants for one load, put back after: Ansible reads its
+    configuration once per process, and an environment variable set here would leak into everything else
+    the process runs and override the user's ansible.cfg."""
+    from ansible import constants
+    from ansible.config.manager import ensure_type
+
+    # The runner's reading of the user's config, so that a load and a run see the same settings.
+    from provision.runner.config import provision_defaults
+
+    left = provision_defaults()
+    saved: dict[str, Any] = {}
+    for setting, (constant, kind) in _INVENTORY_SETTINGS.items():
+        if setting in left:
+            saved[constant] = getattr(constants, constant)
+            setattr(constants, constant, ensure_type(left[setting], kind))
+    try:
+        yield
+    finally:
+        for constant, value in saved.items():
+            setattr(constants, constant, value)
+
+
+@contextlib.contextmanager
 def _captured_parse_failures() -> Iterator[list[str]]:
     """Ansible reports *why* a source failed only as a warning; capture it for our error message."""
     from ansible.inventory import manager
@@ -169,7 +197,7 @@ def load_inventory(
     loader = DataLoader()
     loader.set_vault_secrets(secrets)
     source = sources[0]
-    with _captured_parse_failures() as failures:
+    with _inventory_settings(), _captured_parse_failures() as failures:
         try:
             manager = InventoryManager(loader=loader, sources=[str(s.resolve()) for s in sources])
         except AnsibleError as exc:

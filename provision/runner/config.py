@@ -124,12 +124,27 @@ def config_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     if user is None:
         return {"ANSIBLE_CONFIG": str(paths.ansible_cfg())}
     env = {"ANSIBLE_CONFIG": str(user)}
+    for setting, value in provision_defaults(environ).items():
+        _, names = definitions.get(setting, (frozenset({setting}), ()))
+        if names:
+            env[names[0]] = value
+    return env
+
+
+def provision_defaults(environ: Mapping[str, str] | None = None) -> dict[Setting, str]:
+    """The settings of provision's ansible.cfg that the user's config file and ``ANSIBLE_*`` environment
+    leave unset (every one of them when the user has no file): those provision's defaults decide."""
+    environ = os.environ if environ is None else environ
+    user = user_config(environ)
+    theirs = _read(user) if user is not None else {}
+    definitions = _definitions(ssh=user is not None)
+    left: dict[Setting, str] = {}
     for setting, value in provision_settings().items():
         spellings, names = definitions.get(setting, (frozenset({setting}), ()))
-        if not names or spellings & theirs.keys() or any(name in environ for name in names):
+        if spellings & theirs.keys() or any(name in environ for name in names):
             continue
-        env[names[0]] = value
-    return env
+        left[setting] = value
+    return left
 
 
 def user_sets(setting: Setting, environ: Mapping[str, str] | None = None) -> bool:

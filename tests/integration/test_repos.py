@@ -240,9 +240,15 @@ def test_repos_plan_apply_repeat(sim_cluster: Cluster, tmp_path: Path) -> None:
 
 @pytest.mark.cluster
 def test_plain_ansible_playbook_then_plan_other_settings(sim_cluster: Cluster, tmp_path: Path) -> None:
-    """``ansible-playbook`` without provision (the collection installed with ansible-galaxy, run from the
-    repository root: its ansible.cfg) converges the nodes; then a plan with an unsigned mirror and no kernel
-    hold shows those diffs and changes nothing."""
+    """``ansible-playbook`` without provision, from an empty project directory outside the checkout with the
+    user's own minimal ansible.cfg (the collection installed with ansible-galaxy, found through it),
+    converges the nodes; then a plan with an unsigned mirror and no kernel hold shows those diffs and changes
+    nothing."""
+    project = tmp_path / "project"
+    project.mkdir()
+    env = plain_ansible_env()
+    collections = env.pop("ANSIBLE_COLLECTIONS_PATH")
+    (project / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {collections}\n")
     done = subprocess.run(
         [
             str(Path(sys.executable).with_name("ansible-playbook")),
@@ -250,10 +256,10 @@ def test_plain_ansible_playbook_then_plan_other_settings(sim_cluster: Cluster, t
             str(sim_cluster.inventory_path),
             "provision.ascend.repos",
         ],
-        cwd=ansible_root(),
+        cwd=project,
         capture_output=True,
         text=True,
-        env=plain_ansible_env(),
+        env={**env, "HOME": str(tmp_path)},  # no ~/.ansible.cfg of whoever runs the tests
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]

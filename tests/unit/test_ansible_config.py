@@ -5,13 +5,16 @@ setting of a run comes from."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from provision import paths
-from provision.errors import EnvironmentProblem
+from provision.errors import EnvironmentProblem, InputError
+from provision.inventory.load import load_inventory
 from provision.runner.config import config_env, user_collections_path
 from provision.runner.run import ansible_env
 from tests.helpers import run_cli
@@ -129,3 +132,52 @@ def test_the_strategy_of_the_users_ansible_cfg_is_kept(somewhere: Path) -> None:
     write_cfg(somewhere / "ansible.cfg", "[defaults]\nstrategy = free\n")
     assert strategy_settings({}) == {}  # theirs: ansible-playbook reads it from their file
     assert strategy_settings({"PROVISION_STRATEGY": "linear"}) == {"ANSIBLE_STRATEGY": "linear"}
+
+
+def test_loading_an_inventory_sets_no_ansible_variable_in_the_process(somewhere: Path) -> None:
+    # A variable set at import would reach everything the process runs and beat the user's ansible.cfg.
+    code = (
+        "import os, sys; from provision.inventory.load import load_inventory; "
+        "load_inventory(sys.argv[1]); print(sorted(n for n in os.environ if n.startswith('ANSIBLE_')))"
+    )
+    inventory = somewhere / "hosts.ini"
+    inventory.write_text("[npu_nodes]\nnode1 ansible_host=10.0.0.1\n")
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(inventory)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_without_a_config_of_the_user_a_broken_source_is_an_error(somewhere: Path) -> None:
+    # Ansible alone warns and reads an empty inventory; provision's [inventory] settings make it an error.
+    broken = somewhere / "hosts.yml"
+    broken.write_text("all:\n  hosts: [node1\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "provision", "validate", str(broken)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{broken}: not a valid Ansible inventory" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_users_inventory_plugins_win_over_provisions(
+    somewhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ansible import constants
+
+    write_cfg(somewhere / "ansible.cfg", "[inventory]\nenable_plugins = ini\n")
+    # What Ansible read from their file at start (this process started elsewhere).
+    monkeypatch.setattr(constants, "INVENTORY_ENABLED", ["ini"])
+    inventory = somewhere / "hosts.yml"
+    inventory.write_text("all:\n  children:\n    npu_nodes:\n      hosts:\n        node1: {}\n")
+    with pytest.raises(InputError, match="not a valid Ansible inventory"):
+        load_inventory(inventory)  # their plugins: no yaml
+    assert constants.INVENTORY_ENABLED == ["ini"]
+    (somewhere / "ansible.cfg").unlink()
+    monkeypatch.setattr(constants, "INVENTORY_ENABLED", ["ini"])
+    assert load_inventory(inventory).group_hosts("npu_nodes") == ["node1"]  # provision's, for that load
+    assert constants.INVENTORY_ENABLED == ["ini"], "put back after the load"
