@@ -49,4 +49,4 @@ unit: setup
 # groups and their order are tests/conftest.py's; TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder

@@ -50,26 +50,50 @@ InventoryAnsibleRunner = Callable[..., subprocess.CompletedProcess[str]]
 ClusterFactory = Callable[..., Cluster]
 
 
-_TESTS = Path(__file__).parent
+# The groups of tests one pytest-xdist worker runs in order (``-n 2``, the Makefile's ``test``): those that
+# share a cluster or another costly fixture stay together, so that none is built twice and module fixtures
+# keep their order. Collection order is the schedule: the serving package (the longest group) first, the
+# unit modules last. pytest-xdist's own ``--dist loadgroup`` cannot carry its marks on pytest >= 9.2 (a
+# node's id is no longer a string it can append to), so the grouping is this scheduler's, by node id.
+SERVING_PACKAGE = "tests/integration/serving/"
+SESSION_CLUSTER_MODULES = frozenset(
+    {"tests/integration/test_repos.py", "tests/integration/test_sim_cluster.py"}
+)
+"""The modules whose tests use the session cluster (``sim_cluster``): one group. A module that uses it and is
+missing here is refused at collection, so the cluster is never started twice."""
 _SESSION_CLUSTER_FIXTURES = {"sim_cluster", "sim_inventory", "sim_ansible"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def xdist_group(nodeid: str) -> str:
+    """The group of the test ``nodeid``: ``serving``, ``sim_cluster`` or its module's path."""
+    module = nodeid.split("::", 1)[0]
+    if module.startswith(SERVING_PACKAGE):
+        return "serving"
+    if module in SESSION_CLUSTER_MODULES:
+        return "sim_cluster"
+    return module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return Groups(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups of tests that one worker runs in order (``-n 2 --dist loadgroup``, the Makefile's ``test``):
-    those that share a cluster or another costly fixture stay together, so that none is built twice and
-    module fixtures keep their order. Collection order is the schedule: the serving package (the longest
-    group) first, the unit modules last."""
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        if _SESSION_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            group = "sim_cluster"
-        elif item.path.is_relative_to(_TESTS / "integration" / "serving"):
-            group = "serving"
-        else:
-            group = item.path.relative_to(_TESTS).as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+        module = item.nodeid.split("::", 1)[0]
+        uses = _SESSION_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses and xdist_group(item.nodeid) != "sim_cluster":
+            raise pytest.UsageError(
+                f"{module} uses {', '.join(sorted(uses))}: add it to SESSION_CLUSTER_MODULES "
+                "in tests/conftest.py"
+            )
 
 
 def sim_unavailable(reason: str) -> NoReturn:
