@@ -125,8 +125,9 @@ def _inventory_settings() -> Iterator[None]:
     from ansible import constants
     from ansible.config.manager import ensure_type
 
-    # The runner's reading of the user's config, so that a load and a run see the same settings.
-    from provision.runner.config import provision_defaults
+    from provision.ansible_config import (
+        provision_defaults,
+    )  # the runner's reading: a load sees a run's settings
 
     left = provision_defaults()
     saved: dict[str, Any] = {}

@@ -155,14 +155,14 @@ def strategy_settings(environ: Mapping[str, str] | None = None) -> dict[str, str
     ``PROVISION_STRATEGY=linear`` (or ``free``) asks for one of Ansible's own; a strategy the user already
     set through ``ANSIBLE_STRATEGY`` or the ``strategy`` of their own ansible.cfg is kept.
     """
-    from provision.runner.config import user_sets
+    from provision.ansible_config import user_sets
 
     environ = os.environ if environ is None else environ
     wanted = environ.get("PROVISION_STRATEGY", "").strip()
     if "ANSIBLE_STRATEGY" in environ and not wanted:
         return {}
     if not wanted and user_sets(("defaults", "strategy"), environ):
-        return {}  # the strategy of the user's own ansible.cfg (provision.runner.config)
+        return {}  # the strategy of the user's own ansible.cfg (provision.ansible_config)
     if wanted and not wanted.startswith("mitogen"):
         return {"ANSIBLE_STRATEGY": wanted}
     spec = importlib.util.find_spec("ansible_mitogen")
@@ -187,9 +187,9 @@ DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collection
 
 def ansible_env() -> dict[str, str]:
     """The environment of every Ansible run provision starts: the user's ansible.cfg over provision's
-    (:mod:`provision.runner.config`), its collection first on the collections path (then the user's), plain
+    (:mod:`provision.ansible_config`), its collection first on the collections path (then the user's), plain
     output, and host key checking on."""
-    from provision.runner.config import config_env, user_collections_path
+    from provision.ansible_config import config_env, user_collections_path
 
     user_collections = user_collections_path() or DEFAULT_COLLECTIONS_PATH
     return {

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from provision import paths
+from provision.ansible_config import config_env, user_collections_path
 from provision.errors import EnvironmentProblem, InputError
 from provision.inventory.load import load_inventory
-from provision.runner.config import config_env, user_collections_path
 from provision.runner.run import ansible_env
 from tests.helpers import run_cli
 
