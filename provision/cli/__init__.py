@@ -15,7 +15,19 @@ import typer
 from provision.errors import ProvisionError
 
 # Verb modules, in the order ``provision --help`` lists them.
-VERBS = ("bootstrap", "validate", "plan", "apply", "serve", "doctor", "bench", "image", "config", "version")
+VERBS = (
+    "bootstrap",
+    "validate",
+    "plan",
+    "apply",
+    "serve",
+    "doctor",
+    "bench",
+    "image",
+    "bundle",
+    "config",
+    "version",
+)
 # Verbs other distributions add (``provision-sim`` adds ``sim``): entry points of this group, each a
 # ``register(app)`` function.
 VERB_ENTRY_POINTS = "provision.verbs"

@@ -1,0 +1,53 @@
+"""``provision bundle serve``: a verified bundle folder over HTTP, as the mirror the roles read.
+
+Static files only (the standard library's ``ThreadingHTTPServer`` with ``SimpleHTTPRequestHandler``): the
+nodes fetch with ``get_url`` / dnf / apt, every file checked against the sha256 the bundle lists. The
+variables to put in the inventory's ``group_vars`` come from what the bundle holds.
+"""
+
+from __future__ import annotations
+
+import functools
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from provision.bundle import manifest as mf
+
+
+def group_vars(base_url: str, manifest: mf.Manifest) -> str:
+    """The ``group_vars/npu_nodes.yml`` lines that point the roles at a bundle served at ``base_url``."""
+    url = base_url.rstrip("/")
+    paths = [entry.path for entry in manifest.files]
+    lines = [
+        "# provision bundle serve: every package, installer and image comes from this bundle.",
+        f"provision_mirror_url: {url}/ascend",
+    ]
+    if any(path.startswith("openeuler/") for path in paths):
+        lines.append(f"openeuler_repos_mirror_url: {url}/openeuler")
+    if any(path.startswith("ubuntu/") for path in paths):
+        lines.append(f"openeuler_repos_apt_mirror_url: {url}/ubuntu")
+        keys = [entry.path for entry in manifest.files if entry.kind == "os-key"]
+        if keys:
+            lines.append(f"openeuler_repos_apt_signed_by: {url}/{keys[0]}")
+    lines.append("openeuler_repos_disable_other_sources: true")
+    images = [entry for entry in manifest.files if entry.kind == "image"]
+    if len(images) == 1:
+        lines.append(f"vllm_serve_image_url: {url}/{images[0].path}")
+    for image in images if len(images) > 1 else []:
+        # Which is the serving image and which the runtime check's, the inventory says (vllm_serve_image,
+        # container_runtime_verify_image): one URL each.
+        lines.append(f"# image {image.version}: {url}/{image.path}")
+    for entry in manifest.files:
+        if entry.kind == "weights":
+            lines.append(
+                f"# weights: model_url: {url}/{entry.path} in the profile that serves {entry.version}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def open_server(root: Path, bind: str, port: int) -> ThreadingHTTPServer:
+    """A server of ``root`` on ``bind:port`` (port 0: any free one), not yet serving."""
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(root))
+    server = ThreadingHTTPServer((bind, port), handler)
+    server.daemon_threads = True
+    return server

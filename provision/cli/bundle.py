@@ -1,0 +1,257 @@
+"""``provision bundle build/verify/serve/unpack``: the offline bundle of an air-gapped rack (docs/bundle.md).
+
+``build`` decides from the inventory and the version lock what the nodes need and gathers it, checked, into
+one archive with a manifest; ``verify`` checks an archive or folder against its manifest (and, given an
+inventory, whether it holds everything each node needs); ``serve`` verifies, then serves it over HTTP and
+prints the group_vars lines that point the roles at it; ``unpack`` verifies and extracts it for a web server
+of your own. Exit codes: 0 ok, 1 the bundle is refused (or incomplete), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+
+from provision.bundle import build as builder
+from provision.bundle import needs, serve, verify
+from provision.bundle.manifest import BundleRefused
+from provision.cli import _inputs
+from provision.cli import _playbook as common
+from provision.cli.console import Console
+from provision.errors import InputError
+from provision.inventory.load import Inventory
+from provision.inventory.validate import check
+
+bundle_app = typer.Typer(
+    help="The offline bundle: one checksummed archive holding the mirror an air-gapped rack installs from.",
+    no_args_is_help=True,
+)
+
+KeyOpt = typer.Option(
+    None,
+    "--key",
+    help="Public GnuPG key the bundle's signature must verify with (default: your keyring, $GNUPGHOME).",
+    show_default=False,
+)
+
+
+def _inventory(
+    inventory: Path | None,
+    inventories: list[Path],
+    vault_id: list[str],
+    vault_password_file: list[Path],
+    ask_vault_pass: bool,
+) -> tuple[list[Path], Inventory]:
+    sources = _inputs.inventories(inventory, inventories)
+    options = _inputs.ansible_options(
+        vault_ids=vault_id, vault_password_files=vault_password_file, ask_vault_pass=ask_vault_pass
+    )
+    return sources, check(sources, options.vault)
+
+
+@contextlib.contextmanager
+def _file_errors() -> Iterator[None]:
+    """A file that cannot be read or written (permissions, a full disk) is a message naming it, exit 2."""
+    try:
+        yield
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise InputError(f"{where}{exc.strerror or exc}") from None
+
+
+def _os_option(values: list[str]) -> dict[str, str]:
+    """``--os FLAVOUR`` (every host the inventory does not describe) or ``--os HOST=FLAVOUR``."""
+    chosen: dict[str, str] = {}
+    for value in values:
+        host, _, flavour = value.rpartition("=")
+        if flavour not in needs.FLAVOURS:
+            raise InputError(f"--os {value}: unknown OS {flavour!r}; known: {', '.join(needs.FLAVOURS)}")
+        chosen[host] = flavour
+    return chosen
+
+
+@bundle_app.command("build")
+def build(
+    inventory: Path | None = common.InventoryArg,
+    output: Path = typer.Option(..., "--output", "-o", help="The bundle to write: FILE.tar or FILE.tar.gz."),
+    from_mirror: str | None = typer.Option(
+        None,
+        "--from-mirror",
+        help="A mirror (folder or http(s) URL) to take OS repositories, .run files, images, weights from.",
+    ),
+    run_files: Path | None = typer.Option(
+        None, "--run-files", help="Folder of the vendor's .run files (and their sha256sums.txt)."
+    ),
+    image: list[str] = typer.Option(
+        [], "--image", help="A docker save tarball, or an image reference to save from docker (repeatable)."
+    ),
+    weights: Path | None = typer.Option(
+        None, "--weights", help="Folder of weights archives (model_url names)."
+    ),
+    os_name: list[str] = typer.Option(
+        [], "--os", help="OS of hosts without bootstrap_facts: FLAVOUR or HOST=FLAVOUR (repeatable)."
+    ),
+    arch: str = typer.Option("aarch64", "--arch", help="Architecture of hosts without bootstrap_facts."),
+    sign_key: str | None = typer.Option(None, "--sign-key", help="GnuPG key to sign the manifest with."),
+    gnupg_home: Path | None = typer.Option(None, "--gnupg-home", help="GnuPG home holding --sign-key."),
+    inventories: list[Path] = common.InventoriesOpt,
+    vault_id: list[str] = common.VaultIdOpt,
+    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
+    ask_vault_pass: bool = common.AskVaultPassOpt,
+) -> None:
+    """Gather what the inventory's nodes need (OS repositories, .run files checked against their sha256,
+    images, NPU-Exporter, weights) into one archive with a manifest. A rerun reuses what FILE.work/ holds."""
+    started = time.monotonic()
+    err = Console.for_stream(sys.stderr)
+    sources_, loaded = _inventory(inventory, inventories, vault_id, vault_password_file, ask_vault_pass)
+    plan = needs.plan(loaded, os_names=_os_option(os_name), arch=arch)
+    remote = bool(from_mirror and from_mirror.startswith(("http://", "https://")))
+    with _file_errors():
+        result = builder.build(
+            plan,
+            builder.Sources(
+                mirror=Path(from_mirror) if from_mirror and not remote else None,
+                mirror_url=from_mirror if remote else None,
+                run_files=run_files,
+                images=tuple(image),
+                weights=weights,
+            ),
+            output,
+            inventory=", ".join(map(str, sources_)),
+            sign_key=sign_key,
+            gnupg_home=gnupg_home,
+            say=err.status,
+        )
+    out = Console.for_stream()
+    for line in result.skipped:
+        err.line(f"not bundled (optional): {line}")
+    out.line(
+        f"{output}: {result.files} files, {_size(result.bytes)} (archive {_size(result.archive_bytes)}) "
+        f"for {len(plan.nodes)} node(s); "
+        f"{len(result.copied)} copied, {len(result.reused)} reused from {builder.work_dir(output)}; "
+        f"{time.monotonic() - started:.1f} s"
+    )
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
+
+
+@bundle_app.command("verify")
+def verify_cmd(
+    bundle: Path = typer.Argument(
+        ..., help="The bundle: an archive or an unpacked folder.", show_default=False
+    ),
+    inventory: Path | None = typer.Option(
+        None, "--inventory", "-i", help="Also check the bundle holds everything this inventory's nodes need."
+    ),
+    key: Path | None = KeyOpt,
+    os_name: list[str] = typer.Option([], "--os", help="As for build: OS of hosts without bootstrap_facts."),
+    arch: str = typer.Option("aarch64", "--arch", help="As for build."),
+    vault_id: list[str] = common.VaultIdOpt,
+    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
+    ask_vault_pass: bool = common.AskVaultPassOpt,
+) -> None:
+    """Check every file against the manifest, the manifest against its checksum and signature; with
+    --inventory, what is missing for which node. Exit 1 when refused or incomplete."""
+    plan = None
+    if inventory is not None:
+        _, loaded = _inventory(inventory, [], vault_id, vault_password_file, ask_vault_pass)
+        plan = needs.plan(loaded, os_names=_os_option(os_name), arch=arch)
+    with _file_errors():
+        checked = verify.verify(bundle, key)
+    out = Console.for_stream()
+    signed = f", signed by {checked.signed_by}" if checked.signed_by else ", not signed"
+    out.line(f"{bundle}: ok, {len(checked.manifest.files)} files match the manifest{signed}")
+    if plan is None:
+        return
+    gaps = verify.completeness(checked.manifest, plan)
+    if gaps:
+        lines = [f"{host}: {need.path} ({need.why})" for host, found in gaps.items() for need in found]
+        raise BundleRefused(f"{bundle}: incomplete for {inventory}:\n  " + "\n  ".join(lines))
+    out.line(f"{bundle}: complete for {inventory} ({len(plan.nodes)} node(s))")
+
+
+@bundle_app.command("unpack")
+def unpack(
+    bundle: Path = typer.Argument(..., help="The bundle archive.", show_default=False),
+    dest: Path = typer.Argument(..., help="A new (or empty) folder to unpack it into.", show_default=False),
+    key: Path | None = KeyOpt,
+) -> None:
+    """Verify the archive, unpack it, verify the files written: a folder for your own web server."""
+    with _file_errors():
+        checked = verify.unpack(bundle, dest, key)
+    Console.for_stream().line(
+        f"{dest}: {len(checked.manifest.files)} files, verified; serve it as the mirror"
+    )
+
+
+@bundle_app.command("serve")
+def serve_cmd(
+    bundle: Path = typer.Argument(
+        ..., help="The bundle: an archive or an unpacked folder.", show_default=False
+    ),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="TCP port."),
+    bind: str = typer.Option("0.0.0.0", "--bind", help="Address to listen on."),
+    key: Path | None = KeyOpt,
+) -> None:
+    """Verify the bundle (an archive is unpacked beside it first, removed when the server stops), then
+    serve it over HTTP and print the group_vars lines that point the roles at it. Nothing is served when it
+    is refused."""
+    if bundle.is_dir():
+        with _file_errors():
+            checked = verify.verify_dir(bundle, key)
+        _serve(bundle, checked, bundle, bind, port)
+        return
+    if not bundle.is_file():
+        raise InputError(f"{bundle}: no such bundle (an archive or a folder)")
+    # Beside the archive, not in /tmp: a bundle is as large as the mirror it holds.
+    with (
+        _file_errors(),
+        tempfile.TemporaryDirectory(prefix=f".{bundle.name}.serve-", dir=bundle.parent) as tmp,
+    ):
+        root = Path(tmp) / "bundle"
+        _serve(root, verify.unpack(bundle, root, key), bundle, bind, port)
+
+
+def _serve(root: Path, checked: verify.Verified, bundle: Path, bind: str, port: int) -> None:
+    try:
+        server = serve.open_server(root, bind, port)
+    except OSError as exc:
+        raise InputError(f"--bind {bind} --port {port}: cannot listen: {exc.strerror or exc}") from None
+    host, real_port = str(server.server_address[0]), int(server.server_address[1])
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    out = Console.for_stream()
+    out.line(
+        f"serving {bundle} ({len(checked.manifest.files)} files, verified) on http://{host}:{real_port}/"
+    )
+    out.line("put these in group_vars/npu_nodes.yml (use the address the nodes reach this machine at):")
+    out.line(serve.group_vars(f"http://{shown}:{real_port}", checked.manifest))
+
+    def stop(_signum: int, _frame: object) -> None:
+        # SIGTERM (systemd, kill) ends it as Ctrl-C does, so the unpacked copy is removed.
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.server_close()
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bundle_app, name="bundle")
