@@ -18,6 +18,9 @@ Runs alternate (provision, stock, provision, ...) so machine load affects both a
 closed before every run (cold start, like a fresh CLI invocation). Prints medians, ratios and the load
 average (1 min) around each run: the machine may be shared, and 10-node runs measure total CPU.
 `--playbook NAME` times another playbook of playbooks/ (e.g. `driver`) instead of site.yml.
+`--ref COMMIT` also times `--full` with that commit's provision package and collection (a git worktree of it,
+run with this venv), in the same rotation: "--full within 10 % of before" read on one machine in one hour.
+Its run goes first in each rotation, so that this tree's runs find the nodes as this tree leaves them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from reftree import tree_env, worktree  # benchmarks/, this script's folder
 
 from provision.paths import collections_path
 
@@ -81,6 +86,7 @@ def main() -> None:
     parser.add_argument("--name", default="bench")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     parser.add_argument("--playbook", default="site", help="playbook of playbooks/ to time (default site)")
+    parser.add_argument("--ref", help="also time --full with this commit's provision (a git worktree of it)")
     args = parser.parse_args()
 
     provision = [str(BIN / "provision")]
@@ -113,7 +119,11 @@ def main() -> None:
         stock = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)]
         ours = [*provision, "apply", str(inventory), "-p", args.playbook]
         site = playbook.stem == "site"
-        labels = ("provision", "--full", "stock") if site else ("--full", "stock")
+        labels: tuple[str, ...] = ("provision", "--full", "stock") if site else ("--full", "stock")
+        ref_label = f"{args.ref} --full" if args.ref else ""
+        ref_env = tree_env(worktree(args.ref), env) if args.ref else env
+        if args.ref:
+            labels = (ref_label, *labels)
 
         results: dict[tuple[str, int], list[float]] = {}
         loads: list[float] = []
@@ -121,6 +131,7 @@ def main() -> None:
             limit = ",".join(f"node{i}" for i in range(1, count + 1))
             for _ in range(args.reps):
                 for label, argv, run_env, verified in (
+                    (ref_label, [*ours, "--limit", limit, "--full"], ref_env, None),
                     ("provision", [*ours, "--limit", limit, "--json"], env, count),
                     ("--full", [*ours, "--limit", limit, "--full"], env, None),
                     ("stock", [*stock, "--limit", limit], stock_env, None),
@@ -134,18 +145,22 @@ def main() -> None:
                     loads += [before, after]
                     results.setdefault((label, count), []).append(seconds)
                     load = f"(load {before:.1f} -> {after:.1f})"
-                    print(f"  {label:<10} {count:>2} node(s): {seconds:6.1f} s   {load}", flush=True)
+                    print(f"  {label:<16} {count:>2} node(s): {seconds:6.1f} s   {load}", flush=True)
 
         print(f"\nno-op converge of {playbook.name}, medians of {args.reps} (seconds)")
-        print(f"{'nodes':>5} " + " ".join(f"{label:>10}" for label in labels) + "   stock/each")
+        print(f"{'nodes':>5} " + " ".join(f"{label:>16}" for label in labels) + "   stock/each")
         med = {key: statistics.median(values) for key, values in results.items()}
         for count in (1, args.nodes):
             times = [med[(label, count)] for label in labels]
             ratios = " ".join(f"{med[('stock', count)] / t:.2f}x" for t in times[:-1])
-            print(f"{count:>5} " + " ".join(f"{t:>10.1f}" for t in times) + f"   {ratios}")
+            print(f"{count:>5} " + " ".join(f"{t:>16.1f}" for t in times) + f"   {ratios}")
         for label in labels:
             scale = med[(label, args.nodes)] / med[(label, 1)]
-            print(f"{label:>10}: t({args.nodes} nodes) / t(1 node) = {scale:.2f}")
+            print(f"{label:>16}: t({args.nodes} nodes) / t(1 node) = {scale:.2f}")
+        if args.ref:
+            for count in (1, args.nodes):
+                change = med[("--full", count)] / med[(ref_label, count)] - 1
+                print(f"--full on {count} node(s): {change:+.1%} against {args.ref}")
         print(
             f"load average (1 min) around the runs: median {statistics.median(loads):.1f}, "
             f"min {min(loads):.1f}, max {max(loads):.1f} on {os.cpu_count()} CPUs"

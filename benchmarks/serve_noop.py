@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from reftree import tree_env, worktree  # benchmarks/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -40,20 +42,6 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
 def close_masters(cluster_dir: Path) -> None:
     for socket in (cluster_dir / "cp").glob("*"):
         subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={socket}", "x"], capture_output=True)
-
-
-def worktree(ref: str) -> Path:
-    sha = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    path = Path(tempfile.gettempdir()) / f"provision-ref-{sha}"
-    if not path.exists():
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), sha],
-            check=True,
-            capture_output=True,
-        )
-    return path
 
 
 def main() -> None:
@@ -80,18 +68,18 @@ def main() -> None:
     trees = {"this tree": (ROOT, env)}
     if args.ref:
         ref = worktree(args.ref)
-        trees[f"{args.ref}"] = (ref, {**env, "PYTHONPATH": f"{ref}:{ref / 'provision-sim'}"})
+        trees[f"{args.ref}"] = (ref, tree_env(ref, env))
     try:
         print("converging once (not timed) ...", flush=True)
         subprocess.run([*provision, "apply", str(inventory)], env=env, check=True, capture_output=True)
         results: dict[str, list[float]] = {}
         loads: list[float] = []
         for _ in range(args.reps):
-            for label, (tree, tree_env) in trees.items():
+            for label, (tree, run_env) in trees.items():
                 argv = [sys.executable, "-m", "provision", "apply", str(inventory), "-p", "serve", "--json"]
                 close_masters(cluster_dir)
                 before = os.getloadavg()[0]
-                seconds = timed(argv, tree_env, tree)
+                seconds = timed(argv, run_env, tree)
                 after = os.getloadavg()[0]
                 loads += [before, after]
                 results.setdefault(label, []).append(seconds)
