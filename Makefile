@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# pytest-xdist workers of `make test` and `make unit`: one per core of the suite's 2-core budget (a serving
+# cluster mostly waits on its engines, so a second group of tests runs beside it); 0 runs in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup deps demo demo-down test lint unit
 
@@ -42,11 +45,9 @@ lint: setup
 		$(BIN)/ansible-lint --offline playbooks roles
 
 unit: setup
-	$(BIN)/pytest -m unit -q
+	$(BIN)/pytest -m unit -q -n $(TEST_WORKERS)
 
-# Everything: lint, then every test layer, on TEST_WORKERS pytest-xdist workers (one per core of the 2-core
-# budget: a serving cluster mostly waits on its engines, so a second group of tests runs beside it). The
-# groups and their order are tests/conftest.py's; TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= 2
+# Everything: lint, then every test layer, on TEST_WORKERS pytest-xdist workers. The groups and their order
+# are tests/conftest.py's.
 test: lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder
