@@ -26,11 +26,15 @@ def vllm_serve_instances(
     pool_checksums: Mapping[str, Any] | None = None,
     ranks: Mapping[str, Any] | None = None,
     headless_command: Sequence[str] | None = None,
+    load_budget_s: float | None = None,
+    mode: str = "container",
 ) -> list[dict[str, Any]]:
     """One dict per pool with a profile: pool, unit, port, model, served_model_name, nodes, args, env,
-    load_budget_s, plus ``argv`` (command + args) and the bodies of its files: ``args_text`` (one argument
-    per line) and ``env_text`` (an EnvironmentFile that also records the pool file's checksum, so that a
-    changed pool restarts the instance).
+    load_budget_s, budget_s and timeouts (every layer's deadline from the load budget: the profile's, else
+    ``load_budget_s``; ``mode`` container adds docker's health start period), plus ``argv`` (command +
+    args) and the bodies of its files: ``args_text`` (one argument per line) and ``env_text`` (an
+    EnvironmentFile that also records the pool file's checksum, so that a changed pool restarts the
+    instance).
 
     Multi-node: ``ranks`` is ``hccn_gate_ranks``, this node's place in the serving groups that
     passed the HCCN gate (pool -> index, role, head_address, node_ip, ifname ...). ``multinode`` is that
@@ -53,6 +57,8 @@ def vllm_serve_instances(
                 rank=node_rank,
                 node_ip=rank.get("node_ip") if rank else None,
                 ifname=rank.get("ifname") if rank else None,
+                default_budget_s=float(load_budget_s) if load_budget_s else None,
+                container=mode == "container",
             ):
                 found.append((inst, dict(rank) if rank and inst.nodes > 1 else None))
         out = []

@@ -323,5 +323,41 @@ def _inventory_table(rows: list[dict[str, Any]]) -> None:
     out.line(f"{up}/{len(serving)} ready on {hosts} host(s){tail}")
 
 
+# ------------------------------------------------------------------------------------------ explain
+
+
+@serve_app.command("explain")
+def explain_command(
+    inventory: Path | None = common.InventoryArg,
+    target: str | None = typer.Argument(
+        None,
+        metavar="[HOST[/POOL]]",
+        show_default=False,
+        help="Only this host of npu_nodes, or one pool of it.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    more_inventories: list[Path] = common.InventoriesOpt,
+    vault_id: list[str] = common.VaultIdOpt,
+    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
+    ask_vault_pass: bool = common.AskVaultPassOpt,
+) -> None:
+    """Show what would run for each served pool, without contacting any host: the exact command line, the
+    environment, the devices, the mounts, and every timeout of the load with where it came from (the
+    profile's load_budget_s, the default, or the inventory's own setting)."""
+    from provision.serving.explain import explain, render
+
+    options = _inputs.ansible_options(
+        vault_ids=vault_id, vault_password_files=vault_password_file, ask_vault_pass=ask_vault_pass
+    )
+    loaded = check_inventory(_inputs.inventories(inventory, more_inventories), options.vault)
+    records = explain(loaded, target)
+    if as_json:
+        typer.echo(json.dumps({"instances": records}, indent=2))
+        return
+    out = Console.for_stream(sys.stdout)
+    for line in render(records):
+        out.line(line)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(serve_app, name="serve")

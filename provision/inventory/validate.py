@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from provision.ascend import lock
 from provision.errors import InputError
 from provision.inventory import argspecs, files
+from provision.inventory.budget import short_overrides
 from provision.inventory.groups import HostView, grouping_problems, inventory_view
 from provision.inventory.load import Inventory, Origin, load_inventory, origin_of, plain
 from provision.inventory.profiles import fit_problem, shipped_profiles
@@ -382,6 +383,7 @@ def _check_host(
     settings = _typed_settings(owned, add)
     _check_pools(settings, add, scope_at)
     _check_profiles(settings, add)
+    _check_budgets(settings, owned, add)
     _check_versions(settings, owned, add)
 
 
@@ -531,6 +533,37 @@ def _check_profiles(settings: HostSettings, add: AddFn) -> None:
         problem = fit_problem(profiles[pool.profile], pool)
         if problem is not None:
             add(path, pool.profile, f"profile {problem}")
+
+
+def _check_budgets(settings: HostSettings, owned: Mapping[str, Any], add: AddFn) -> None:
+    """A timeout the inventory sets for a served pool (its profile's ``env``, ``vllm_serve_env``) that would
+    end the load before the profile's load budget (:mod:`provision.inventory.budget`)."""
+    profiles = {**shipped_profiles(), **settings.vllm_serve_profiles}
+    extra = owned.get("vllm_serve_env")
+    extra = plain(extra) if isinstance(extra, Mapping) else {}
+    default = owned.get("vllm_serve_load_budget_s")
+    default_s = float(default) if isinstance(default, int | float | str) and _positive(default) else None
+    for i, pool in enumerate(settings.npu_pools_list):
+        profile = profiles.get(pool.profile) if pool.profile else None
+        if profile is None or pool.profile is None:
+            continue
+        for short in short_overrides(
+            profile, pool.profile, pool=pool.name, extra_env=extra, default_s=default_s
+        ):
+            if short.source == "vllm_serve_env":
+                path: Path_ = ("vllm_serve_env", short.setting)
+            elif pool.profile in settings.vllm_serve_profiles:
+                path = ("vllm_serve_profiles", pool.profile, "env", short.setting)
+            else:
+                path = ("npu_pools_list", i, "profile")
+            add(path, _walk(owned, path), short.message)
+
+
+def _positive(value: Any) -> bool:
+    try:
+        return float(value) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 def _check_serving_groups(inventory: Inventory, report: _Report, scopes: Scopes) -> None:

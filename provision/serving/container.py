@@ -58,6 +58,8 @@ REFUSED_ARGS = {
     "--env-file": "the environment comes from the profile and vllm_serve_env",
     "--net": "the engine listens on the node's network (--net=host)",
     "--network": "the engine listens on the node's network (--net=host)",
+    "--health-start-period": "set from the profile's load_budget_s (raise that instead)",
+    "--no-healthcheck": "the health start period follows the profile's load_budget_s",
 }
 
 
@@ -133,6 +135,9 @@ def run_argv(
     devices = [int(device) for device in instance["devices"]]
     argv = [settings.engine, "run", "--rm", "--name", container_name(pool), "--pull=never"]
     argv += ["--net=host", f"--shm-size={settings.shm_size}"]
+    budget = int(instance.get("budget_s") or 0)
+    if budget:  # a HEALTHCHECK failing while the engine loads keeps the container "starting", not unhealthy
+        argv.append(f"--health-start-period={budget}s")
     for group in settings.group_add:  # the image's non-root user reaches the devices through HwHiAiUser
         argv += ["--group-add", str(group)]
     labels = {"provision.pool": pool, "provision.profile": str(instance["profile"]), **settings.labels}

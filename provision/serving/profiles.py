@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provision.inventory.budget import check_overrides, load_budget
 from provision.inventory.load import plain
 from provision.inventory.profiles import (
     DEFAULT_DP_RPC_PORT,
@@ -72,6 +73,9 @@ class Instance:
     # Where the role fetches the weights when ``model`` is not on the node yet ('' = they must be there).
     model_url: str = ""
     model_sha256: str = ""
+    # The load budget every layer's deadline comes from (provision.inventory.budget), and those deadlines.
+    budget_s: int = 0
+    timeouts: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,8 +174,17 @@ def instances(
     ifname: str | None = None,
     extra_env: Mapping[str, Any] | None = None,
     rank: NodeRank | None = None,
+    default_budget_s: float | None = None,
+    container: bool = True,
+    default_budget_source: str = "",
 ) -> list[Instance]:
-    """An :class:`Instance` for every pool that names a profile (pools without one are not served)."""
+    """An :class:`Instance` for every pool that names a profile (pools without one are not served).
+
+    Its environment also holds the load budget's environment layers (:mod:`provision.inventory.budget`)
+    that the profile's ``env`` and ``extra_env`` do not set; a setting of theirs shorter than the budget
+    raises :class:`~provision.inventory.budget.BudgetError`. ``default_budget_s``: the budget of profiles
+    without ``load_budget_s`` (``vllm_serve_load_budget_s``); ``container``: container mode (docker's
+    health start period is one of the layers)."""
     profiles = all_profiles(user_profiles)
     out = []
     for raw in pools:
@@ -191,6 +204,20 @@ def instances(
             # The multi-node start (HCCN gate, head then workers) decides the rank; describe the head here.
             node_rank = NodeRank(0, node_ip or "127.0.0.1")
             notes.append("multi-node profile: arguments shown for the head node")
+        check_overrides(
+            profile, pool.profile, pool=pool.name, extra_env=extra_env, default_s=default_budget_s
+        )
+        budget = load_budget(
+            profile,
+            pool.profile,
+            extra_env=extra_env,
+            default_s=default_budget_s,
+            default_source=default_budget_source,
+            container=container,
+        )
+        env = vllm_env(profile, pool, node_ip=node_ip, ifname=ifname, extra=extra_env)
+        for key, value in budget.env().items():
+            env.setdefault(key, value)  # the inventory's own setting (checked above) wins
         out.append(
             Instance(
                 pool=pool.name,
@@ -202,12 +229,14 @@ def instances(
                 served_model_name=served_name(profile),
                 nodes=profile.nodes,
                 args=vllm_args(profile, pool, host=host, rank=node_rank),
-                env=vllm_env(profile, pool, node_ip=node_ip, ifname=ifname, extra=extra_env),
+                env=env,
                 load_budget_s=profile.load_budget_s,
                 description=profile.description or "",
                 notes=notes,
                 model_url=profile.model_url or "",
                 model_sha256=(profile.model_sha256 or "").lower(),
+                budget_s=budget.seconds,
+                timeouts=[timeout.as_dict() for timeout in budget.timeouts],
             )
         )
     return out

@@ -164,7 +164,12 @@ def test_instances_for_the_served_pools_only() -> None:
         ("smol", "vllm-smol.service", 8000, "smollm2"),
         ("mine", "vllm-mine.service", 8002, "m"),
     ]
-    assert found[1].env == {"ASCEND_RT_VISIBLE_DEVICES": "2,3", "LD_LIBRARY_PATH": "/x"}
+    # the load budget's layer (the default budget: tp2 sets none) joins the environment
+    assert found[1].env == {
+        "ASCEND_RT_VISIBLE_DEVICES": "2,3",
+        "LD_LIBRARY_PATH": "/x",
+        "VLLM_ENGINE_READY_TIMEOUT_S": "3600",
+    }
     assert found[0].load_budget_s == 600
     with pytest.raises(ProfileError, match="unknown serving profile 'nope'"):
         profiles.instances([{"name": "a", "devices": [0], "port": 8000, "profile": "nope"}])
