@@ -5,11 +5,12 @@ Usage:  .venv/bin/python benchmarks/bench_client.py [--requests 20000] [--concur
 
 A stub OpenAI-compatible server in a process of its own (plain asyncio streams on 127.0.0.1, HTTP/1.1
 keep-alive) answers every POST /v1/completions at once with a streamed body of --tokens SSE chunks, a usage
-chunk and [DONE], as vLLM streams. The client is provision's own (provision.bench.run.run_one: httpx
-AsyncClient, one connection pool, no thread per request) with --requests requests at --max-concurrency
---concurrency. Prints requests/s, output tokens/s and the client's CPU seconds, for each repetition. On this
-2-core machine the stub takes one core and the client the other, so the figure is a floor of what the client
-can do. Bounded: the stub stops with the script; nothing leaves 127.0.0.1.
+chunk and [DONE], as vLLM streams. The client is provision's own (provision.bench.run.run_one: aiohttp
+ClientSession, one connection pool, no thread per request) with --requests requests at --max-concurrency
+--concurrency. Prints requests/s, output tokens/s and the client's CPU seconds (and per request), for each
+repetition, then the median and the rate the client's CPU time alone allows on one core. On this 2-core
+machine the stub takes one core and the client the other, so the figure is a floor of what the client can
+do. Bounded: the stub stops with the script; nothing leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def main() -> None:
             timeout_s=600,
         )
         rates: list[float] = []
+        cpu_rates: list[float] = []
         for rep in range(1, args.reps + 1):
             cpu0 = resource.getrusage(resource.RUSAGE_SELF)
             wall0 = time.perf_counter()
@@ -114,15 +116,20 @@ def main() -> None:
             if s["completed"] != args.requests:
                 sys.exit(f"rep {rep}: {s['completed']} of {args.requests} completed: {result.failures[:3]}")
             rates.append(s["request_throughput"])
+            cpu_rates.append(args.requests / cpu)
             print(
                 f"rep {rep}: {s['request_throughput']:7.0f} req/s, {s['output_throughput']:8.0f} output "
                 f"tok/s, {args.requests} requests in {s['duration']:.2f} s (wall {wall:.2f} s), client CPU "
-                f"{cpu:.2f} s ({cpu / wall * 100:.0f} % of one core); load {os.getloadavg()[0]:.1f}",
+                f"{cpu:.2f} s ({cpu / wall * 100:.0f} % of one core, "
+                f"{cpu / args.requests * 1e6:.0f} us a request); "
+                f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
         print(
             f"median {statistics.median(rates):.0f} req/s at concurrency {args.concurrency}, "
-            f"{args.tokens} chunks per answer, on {os.cpu_count()} CPUs"
+            f"{args.tokens} chunks per answer, on {os.cpu_count()} CPUs; the client's CPU time alone "
+            f"allows {statistics.median(cpu_rates):.0f} req/s on one core (requests / client CPU seconds: "
+            "what it does where the other processes leave it a core)"
         )
     finally:
         stub.terminate()

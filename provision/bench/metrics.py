@@ -107,6 +107,25 @@ def parse_slo(text: str, option: str = "--slo") -> dict[str, float]:
     return slo
 
 
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+"""The per-request latencies, vLLM's names (``*_ttft_ms``, ...)."""
+
+
+def samples(outputs: Sequence[RequestOutput]) -> dict[str, list[float]]:
+    """Each latency's samples in seconds, as :func:`calculate` takes them: the completed requests' TTFT
+    and E2EL, TPOT of those with more than one output token, and every ITL gap."""
+    found: dict[str, list[float]] = {name: [] for name in LATENCIES}
+    for out in outputs:
+        if not out.success:
+            continue
+        if out.output_len > 1:
+            found["tpot"].append((out.latency - out.ttft) / (out.output_len - 1))
+        found["itl"] += out.itl
+        found["ttft"].append(out.ttft)
+        found["e2el"].append(out.latency)
+    return found
+
+
 def calculate(
     outputs: Sequence[RequestOutput],
     duration_s: float,
@@ -115,49 +134,33 @@ def calculate(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
 ) -> dict[str, Any]:
     """The summary of one run under vLLM's result keys (``request_goodput`` is None without an SLO)."""
-    ttfts: list[float] = []
-    tpots: list[float] = []
-    all_tpots: list[float] = []
-    itls: list[float] = []
-    e2els: list[float] = []
-    total_input = total_output = completed = 0
-    no_usage = 0
-    for out in outputs:
-        if not out.success:
-            continue
-        completed += 1
-        output_len = out.output_len
-        no_usage += out.output_tokens is None
-        total_input += out.prompt_len
-        total_output += output_len
-        tpot = 0.0
-        if output_len > 1:
-            tpot = (out.latency - out.ttft) / (output_len - 1)
-            tpots.append(tpot)
-        all_tpots.append(tpot)  # vLLM: a one-token answer meets any TPOT SLO
-        itls += out.itl
-        ttfts.append(out.ttft)
-        e2els.append(out.latency)
+    done = [out for out in outputs if out.success]
+    total_input = sum(out.prompt_len for out in done)
+    total_output = sum(out.output_len for out in done)
+    no_usage = sum(out.output_tokens is None for out in done)
+    found = samples(done)
     good = 0
     if slo:
-        per_metric = {"ttft": ttfts, "tpot": all_tpots, "e2el": e2els}
+        # vLLM: a one-token answer meets any TPOT SLO
+        tpots = [(o.latency - o.ttft) / (o.output_len - 1) if o.output_len > 1 else 0.0 for o in done]
+        per_metric = {"ttft": found["ttft"], "tpot": tpots, "e2el": found["e2el"]}
         bounded = [(per_metric[key], ms / 1000) for key, ms in slo.items()]
-        good = sum(all(values[i] <= bound for values, bound in bounded) for i in range(completed))
+        good = sum(all(values[i] <= bound for values, bound in bounded) for i in range(len(done)))
     duration = duration_s if duration_s > 0 else float("nan")
     result: dict[str, Any] = {
         "duration": duration_s,
-        "completed": completed,
-        "failed": len(outputs) - completed,
+        "completed": len(done),
+        "failed": len(outputs) - len(done),
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
-        "request_throughput": completed / duration,
+        "request_throughput": len(done) / duration,
         "request_goodput": good / duration if slo else None,
         "output_throughput": total_output / duration,
         "total_token_throughput": (total_input + total_output) / duration,
         "requests_without_usage": no_usage,
     }
-    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
-        result |= _stats(name, values, percentiles)
+    for name in LATENCIES:
+        result |= _stats(name, found[name], percentiles)
     return result
 
 

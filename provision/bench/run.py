@@ -10,6 +10,7 @@ sampler runs once across the sweep and each point's window is integrated on its 
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -17,11 +18,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-import httpx
-
 from provision.bench import metrics, power
 from provision.bench.arrivals import arrival_times
-from provision.bench.client import Target, Unreachable, send
+from provision.bench.client import Target, Unreachable, send, session
 from provision.bench.datasets import SampleRequest
 from provision.bench.metrics import RequestOutput
 
@@ -66,9 +65,7 @@ async def _measure(
     count = len(workload.requests)
     concurrency = workload.max_concurrency
     pool = concurrency or min(count, 1000)
-    limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
-    timeout = httpx.Timeout(workload.timeout_s, connect=10.0)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+    async with session(pool) as client:
         gate = asyncio.Semaphore(concurrency or count or 1)
 
         async def bounded(request: SampleRequest) -> RequestOutput:
@@ -76,7 +73,12 @@ async def _measure(
                 return await send(client, target, request, ignore_eos=workload.ignore_eos)
 
         if workload.num_warmups and workload.requests:
-            warm = await asyncio.gather(*(bounded(workload.requests[0]) for _ in range(workload.num_warmups)))
+            warming = asyncio.gather(*(bounded(workload.requests[0]) for _ in range(workload.num_warmups)))
+            try:
+                warm = await asyncio.wait_for(warming, workload.timeout_s)
+            except TimeoutError:
+                late = f"did not finish within --timeout {workload.timeout_s:g} s"
+                raise Unreachable(f"{target.url}: the warm-up requests {late}") from None
             if not any(w.success for w in warm):
                 raise Unreachable(f"{target.url}: the warm-up request failed: {warm[0].error}")
 
@@ -87,7 +89,9 @@ async def _measure(
 
         async def one(request: SampleRequest, at: float) -> RequestOutput:
             nonlocal finished
-            await asyncio.sleep(max(0.0, started + at - time.perf_counter()))
+            wait = started + at - time.perf_counter()
+            if wait > 0:  # all at once (rate inf): straight on, without a round of the loop each
+                await asyncio.sleep(wait)
             out = await bounded(request)
             finished += 1
             if progress is not None:
@@ -134,7 +138,15 @@ def run_one(
     target: Target, workload: Workload, *, progress: Progress | None = None, tokenizer_id: str | None = None
 ) -> RunResult:
     """One run, measured (no energy yet: :func:`with_energy`)."""
-    outputs, duration, window = asyncio.run(_measure(target, workload, progress))
+    # What the process holds before the run (the CLI's imports, the prompts) is frozen out of the garbage
+    # collector's scans: a full collection walks it all, which costs the client CPU per request and puts
+    # pauses into the timings it takes.
+    gc.collect()
+    gc.freeze()
+    try:
+        outputs, duration, window = asyncio.run(_measure(target, workload, progress))
+    finally:
+        gc.unfreeze()
     summary = {
         **config(target, workload, tokenizer_id),
         **metrics.calculate(outputs, duration, slo=workload.slo),

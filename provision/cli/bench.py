@@ -3,7 +3,8 @@
 TARGET is a server's base URL, or an inventory: then every ready instance (``provision serve status``'s
 gate; ``--limit``, ``--pool``) is benchmarked in turn, and the NPUs of its pool are sampled for power on
 the nodes that serve it. Options and ``--json`` / ``--save-result`` keys are ``vllm bench serve``'s where it
-has the concept. Metric definitions: docs/bench.md.
+has the concept. ``--baseline`` compares each run with a previous output's (:mod:`provision.bench.baseline`),
+``--report`` writes a folder with plots (:mod:`provision.bench.report`). Metric definitions: docs/bench.md.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 
-from provision.bench import power
+from provision.bench import baseline as gate
+from provision.bench import power, report
 from provision.bench.client import (
     ENDPOINT_TYPES,
     LocalTokenizer,
@@ -320,9 +322,18 @@ def bench(
     save_result: Path | None = typer.Option(
         None, "--save-result", help="Write the summary and every request's timings."
     ),
+    baseline: Path | None = typer.Option(
+        None, "--baseline", help="A previous --json/--save-result: exit 1 on a regression beyond the bound."
+    ),
+    max_regression: str | None = typer.Option(
+        None, "--max-regression", help="With --baseline: the bound, e.g. 10% [default: 10%]."
+    ),
+    report_dir: Path | None = typer.Option(
+        None, "--report", help="Write a report folder: result.json, every request's timings, plots."
+    ),
 ) -> None:
     """Benchmark serving endpoints (TTFT, TPOT, ITL, throughput, goodput, J/token); exit 1 when a request
-    failed."""
+    failed or, with --baseline, a regression beyond --max-regression."""
     if dataset_name not in DATASETS:
         raise InputError(f"--dataset-name {dataset_name}: one of {', '.join(DATASETS)}")
     if endpoint_type not in ENDPOINT_TYPES:
@@ -342,6 +353,12 @@ def bench(
     slos = parse_slo(slo) if slo is not None else None
     if save_result is not None and not save_result.parent.is_dir():
         raise InputError(f"--save-result {save_result}: no such folder {save_result.parent}")
+    if max_regression is not None and baseline is None:
+        raise InputError("--max-regression applies with --baseline FILE")
+    bound = gate.parse_bound(max_regression if max_regression is not None else "10%")
+    previous = gate.load(baseline) if baseline is not None else None
+    if report_dir is not None:
+        report.check(report_dir)
 
     inventory = Path(target) if "://" not in target and Path(target).exists() else None
     if inventory is None:
@@ -381,6 +398,10 @@ def bench(
         slo=slos,
     )
     bar, advance = _progress_bar(is_interactive(sys.stderr) and not as_json)
+    if previous is not None:  # every run must have its baseline before any request is sent
+        for inst in instances:
+            for point in _points(base, concurrencies, rates):
+                previous.run_for((inst.target.url, point.max_concurrency, point.request_rate))
     rows: list[tuple[str, RunResult]] = []
     for inst in instances:
         requests = _requests(
@@ -397,9 +418,8 @@ def bench(
             seed=seed,
         )
         workload = replace(base, requests=requests)
-        points = [replace(workload, max_concurrency=int(c)) for c in concurrencies or []]
-        points += [replace(workload, request_rate=r) for r in rates or []]
-        sampler = _sampler(inst, inventory or power_from, power_interval, timeout, len(points or [workload]))
+        points = _points(workload, concurrencies, rates)
+        sampler = _sampler(inst, inventory or power_from, power_interval, timeout, len(points))
         why = (
             NO_POWER_FOR_URL
             if inventory is None and power_from is None
@@ -419,13 +439,64 @@ def bench(
     if save_result is not None:
         saved = [result.saved() for _, result in rows]
         save_result.write_text(json.dumps(saved[0] if len(saved) == 1 else saved, indent=2) + "\n")
+    if report_dir is not None:
+        report.write(report_dir, rows)
     if as_json:
         summaries = [result.summary for _, result in rows]
         typer.echo(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
     else:
         _table(rows)
-    if any(result.failures for _, result in rows):
+    if report_dir is not None:
+        Console.for_stream(sys.stderr if as_json else sys.stdout).line(f"report: {report_dir}")
+    worse: list[gate.Row] = []
+    if previous is not None:
+        compared = [
+            row
+            for _, result in rows
+            for row in gate.compare(previous.run_for(gate.point_of(result.summary)), result.summary, bound)
+        ]
+        _comparison(compared, previous.path, bound, sys.stderr if as_json else sys.stdout)
+        worse = gate.regressed(compared)
+    if worse or any(result.failures for _, result in rows):
         raise typer.Exit(1)
+
+
+def _points(
+    workload: Workload, concurrencies: list[float] | None, rates: list[float] | None
+) -> list[Workload]:
+    """The sweep's workloads; the one workload without a sweep."""
+    points = [replace(workload, max_concurrency=int(c)) for c in concurrencies or []]
+    points += [replace(workload, request_rate=r) for r in rates or []]
+    return points or [workload]
+
+
+def _comparison(rows: Sequence[gate.Row], path: Path, bound: float, stream: TextIO) -> None:
+    from rich.table import Table
+
+    out = Console.for_stream(stream)
+    table = Table(title=f"against the baseline {path}")
+    for header in ("target", "conc", "rate", "metric", "baseline", "now", "change", "verdict"):
+        table.add_column(header, justify="left" if header in ("target", "metric", "verdict") else "right")
+    for row in rows:
+        url, concurrency, rate = row.point
+        table.add_row(
+            url,
+            str(concurrency or "-"),
+            f"{rate:g}",
+            row.label,
+            f"{row.baseline:.2f}",
+            f"{row.now:.2f}",
+            "n/a" if row.change is None else f"{row.change * 100:+.1f}%",
+            row.verdict,
+        )
+    out.rich.print(table)
+    worse = gate.regressed(rows)
+    limit = f"{bound * 100:g}%"
+    if worse:
+        names = ", ".join(sorted({row.label for row in worse}))
+        out.line(f"regression beyond {limit} of {path}: {names} ({len(worse)} of {len(rows)} compared)")
+    else:
+        out.line(f"no regression beyond {limit} of {path} ({len(rows)} compared)")
 
 
 def _sampler(

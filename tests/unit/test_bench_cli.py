@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -225,6 +226,17 @@ def test_every_run_stops_at_its_timeout(
     assert (result["completed"], result["failed"]) == (0, 6)
 
 
+def test_warmups_stop_at_the_timeout_too(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stub.token_delay_s = 0.2
+    started = time.monotonic()
+    args = [stub.url, "--dataset-name", "fixed", "--fixed-output-len", "50", "--num-warmups", "1"]
+    code, _, err = run([*args, "--timeout", "0.5"], monkeypatch, capsys)
+    assert code == 1 and time.monotonic() - started < 8
+    assert f"error: {stub.url}: the warm-up requests did not finish within --timeout 0.5 s" in err
+
+
 def test_the_api_key_is_sent(
     stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -372,3 +384,236 @@ def test_an_inventory_target_samples_its_instances_npus(
     assert result["power_npus"] == 2 and result["power_source"] == "npu-smi info -t power (node1 NPU 0,1)"
     assert result["j_per_output_token"] == pytest.approx(result["energy_j"] / 30)
     assert math.isfinite(result["energy_j"]) and result["energy_j"] > 0
+
+
+# ------------------------------------------------------------------------------------------ the gate
+
+
+def _baseline(path: Path, runs: list[dict[str, Any]], **scale: float) -> Path:
+    """``runs`` (a --json output) with each metric in ``scale`` multiplied, written to ``path``."""
+    for result in runs:
+        for key, factor in scale.items():
+            result[key] *= factor
+    path.write_text(json.dumps(runs[0] if len(runs) == 1 else runs))
+    return path
+
+
+def test_a_run_within_the_bound_of_its_baseline_passes(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run([stub.url, *SMALL, "--sweep-concurrency", "1,2", "--json"], monkeypatch, capsys)
+    assert code == 0
+    # a baseline a hundred times slower than that run (this machine's load varies a stub's figures by 10x)
+    previous = _baseline(
+        tmp_path / "prev.json",
+        json.loads(out),
+        output_throughput=0.01,
+        request_throughput=0.01,
+        p99_ttft_ms=100,
+    )
+    code, out, _ = run(
+        [stub.url, *SMALL, "--sweep-concurrency", "1,2", "--baseline", str(previous)], monkeypatch, capsys
+    )
+    assert code == 0, out
+    assert f"against the baseline {previous}" in out
+    assert out.count(" ok") >= 6 and "REGRESSED" not in out
+    assert f"no regression beyond 10% of {previous} (6 compared)" in out
+
+
+def test_a_baseline_faster_than_the_bound_fails_the_gate_with_exit_1(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 5 tokens 10 ms apart, 2 at a time: no run does more than 40 req/s (200 tok/s), whatever the
+    # machine's load, so a baseline of twice that is beyond reach
+    stub.token_delay_s = 0.01
+    steady = [*SMALL, "--max-concurrency", "2"]
+    code, out, _ = run([stub.url, *steady, "--json"], monkeypatch, capsys)
+    assert code == 0
+    faster = tmp_path / "prev.json"
+    faster.write_text(json.dumps(json.loads(out) | {"output_throughput": 400.0, "request_throughput": 80.0}))
+    code, out, err = run(
+        [stub.url, *steady, "--baseline", str(faster), "--max-regression", "10%"],
+        monkeypatch,
+        capsys,
+    )
+    assert code == 1, out + err
+    table = out[out.index("against the baseline") :]
+    assert "output tok/s" in table and "req/s" in table and "p99 TTFT ms" in table
+    assert table.count("REGRESSED") >= 2
+    verdict = out.splitlines()[-1]
+    assert verdict.startswith(f"regression beyond 10% of {faster}: output tok/s, "), verdict
+    assert verdict.endswith("req/s (3 of 3 compared)") or verdict.endswith("req/s (2 of 3 compared)")
+    # --json keeps stdout to the JSON: the comparison goes to stderr
+    code, out, err = run([stub.url, *steady, "--baseline", str(faster), "--json"], monkeypatch, capsys)
+    assert code == 1 and json.loads(out)["completed"] == 6
+    assert f"regression beyond 10% of {faster}" in err
+
+
+def test_a_p99_ttft_that_rose_beyond_the_bound_fails_the_gate(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run([stub.url, *SMALL, "--json"], monkeypatch, capsys)
+    result = json.loads(out)
+    result["output_throughput"] = result["request_throughput"] = 1e-9  # throughput can only be better
+    result["p99_ttft_ms"] = 1e-6  # and TTFT only worse
+    previous = tmp_path / "prev.json"
+    previous.write_text(json.dumps(result))
+    code, out, _ = run(
+        [stub.url, *SMALL, "--baseline", str(previous), "--max-regression", "50"], monkeypatch, capsys
+    )
+    assert code == 1
+    assert f"regression beyond 50% of {previous}: p99 TTFT ms (1 of 3 compared)" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "message"),
+    [
+        (None, [], "--baseline {path}: no such file"),
+        ("{not json", [], "--baseline {path}: not JSON (line 1, column 2: "),
+        ("[]", [], "--baseline {path}: not a provision bench --json or --save-result output"),
+        ('"text"', [], "--baseline {path}: not a provision bench --json or --save-result output"),
+        (
+            "{run}",
+            [],
+            "--baseline {path}: no run of {url} at --max-concurrency 2, --request-rate inf (it has: ",
+        ),
+        ("[{run}, {run}]", [], "--baseline {path}: run 2: a second run of {url} at --max-concurrency 3"),
+        ("{nourl}", [], "--baseline {path}: base_url is missing, not a URL"),
+        ("{badttft}", [], '--baseline {path}: p99_ttft_ms is "fast", not a number'),
+        ("[{run}, {badrate}]", [], "--baseline {path}: run 2: request_rate is 0, not a rate"),
+        ("{run3}", ["--max-regression", "ten"], "--max-regression ten: not a percentage from 0 to below 100"),
+        ("{run3}", ["--max-regression", "100%"], "--max-regression 100%: not a percentage"),
+        ("{run3}", ["--max-regression", "-5%"], "--max-regression -5%: not a percentage"),
+    ],
+)
+def test_a_bad_baseline_exits_2_before_any_request(
+    content: str | None,
+    extra: list[str],
+    message: str,
+    stub: Stub,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "prev.json"
+    good = {
+        "base_url": stub.url,
+        "max_concurrency": 3,
+        "request_rate": "inf",
+        "output_throughput": 10.0,
+        "request_throughput": 1.0,
+        "p99_ttft_ms": 5.0,
+    }
+    runs = {
+        "{run}": good,
+        "{run3}": good,
+        "{nourl}": {k: v for k, v in good.items() if k != "base_url"},
+        "{badttft}": good | {"p99_ttft_ms": "fast"},
+        "{badrate}": good | {"request_rate": 0},
+    }
+    if content is not None:
+        for name, run_ in runs.items():
+            content = content.replace(name, json.dumps(run_))
+        path.write_text(content)
+    concurrency = "3" if "{run3}" in message or extra else "2"
+    args = [stub.url, *SMALL, "--max-concurrency", concurrency, "--baseline", str(path), *extra]
+    code, out, err = run(args, monkeypatch, capsys)
+    assert code == 2, out + err
+    assert err.startswith("error: " + message.format(path=path, url=stub.url)), err
+    assert stub.bodies == []
+
+
+def test_max_regression_needs_a_baseline(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run([stub.url, *SMALL, "--max-regression", "10%"], monkeypatch, capsys)
+    assert code == 2 and err.startswith("error: --max-regression applies with --baseline FILE")
+    assert stub.bodies == []
+
+
+# ------------------------------------------------------------------------------------------ the report
+
+
+def _is_png(path: Path) -> bool:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.verify()
+        return image.format == "PNG" and image.size[0] > 100
+
+
+def _is_svg(path: Path) -> bool:
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(path).getroot()
+    return root.tag == "{http://www.w3.org/2000/svg}svg" and len(list(root.iter())) > 50
+
+
+def test_a_sweep_writes_the_report_folder(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "report"
+    code, out, _ = run(
+        [stub.url, *SMALL, "--sweep-concurrency", "1,3", "--report", str(folder)], monkeypatch, capsys
+    )
+    assert code == 0
+    assert f"report: {folder}" in out
+    result = json.loads((folder / "result.json").read_text())
+    assert [r["max_concurrency"] for r in result] == [1, 3] and "ttfts" not in result[0]
+    timings = json.loads((folder / "requests.json").read_text())
+    assert [len(r["ttfts"]) for r in timings] == [6, 6] and all(len(i) == 4 for i in timings[0]["itls"])
+    stems = ["latency_cdf_1", "latency_cdf_2", "sweep_throughput", "sweep_ttft"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["result.json", "requests.json", *(f"{s}.{f}" for s in stems for f in ("png", "svg"))]
+    )  # no energy measured: no sweep_energy
+    for stem in stems:
+        assert _is_png(folder / f"{stem}.png") and _is_svg(folder / f"{stem}.svg"), stem
+    svg = (folder / "latency_cdf_1.svg").read_text()
+    assert "TTFT (6 samples)" in svg and "ITL (24 samples)" in svg and "E2E latency" in svg
+
+
+def test_the_report_plots_energy_when_it_was_measured(stub: Stub, tmp_path: Path) -> None:
+    from provision.bench import report
+
+    now = time.time()
+    sampler = power.ScriptedSampler({"node1 NPU 0": [(now - 100 + t * 0.5, 200.0) for t in range(800)]})
+    workload = Workload(requests=fixed_requests(4, "hello", 3, None))
+    points = [Workload(requests=workload.requests, max_concurrency=c) for c in (1, 4)]
+    results = sweep(Target(stub.url, "stub"), workload, points, sampler=sampler, why_no_power="-")
+    files = report.write(tmp_path, [("node1/chat", r) for r in results])
+    assert tmp_path / "sweep_energy.png" in files and _is_png(tmp_path / "sweep_energy.png")
+    assert "J / output token" in (tmp_path / "sweep_energy.svg").read_text()
+
+
+def test_report_without_matplotlib_says_what_to_install(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    code, _, err = run([stub.url, *SMALL, "--report", str(tmp_path / "r")], monkeypatch, capsys)
+    assert code == 2
+    assert err.startswith(
+        f"error: --report {tmp_path / 'r'}: the plots need matplotlib: pip install 'provision[report]'"
+    )
+    assert stub.bodies == [] and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [("file", "--report {path}: not a folder"), ("nested", "--report {path}: no such folder")],
+)
+def test_a_bad_report_folder_exits_2(
+    where: str,
+    message: str,
+    stub: Stub,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "taken"
+    if where == "file":
+        path.write_text("")
+    else:
+        path = tmp_path / "no" / "report"
+    code, _, err = run([stub.url, *SMALL, "--report", str(path)], monkeypatch, capsys)
+    assert code == 2 and err.startswith(f"error: {message.format(path=path)}"), err
+    assert stub.bodies == []

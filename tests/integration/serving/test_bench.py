@@ -3,13 +3,15 @@ real vLLM CPU engine, SmolLM2-135M, on both nodes):
 
 - ``bench URL``: one engine, the whole path (the server's tokenizer for the random prompts, streamed
   completions, usage counts, warm-ups left out), its JSON keys and sane values, every request's timings saved;
-- ``bench INVENTORY``: every ready instance benchmarked, its pool's NPUs sampled with ``npu-smi info -t
-  power`` over ansible-runner while it runs, J/token from their integral.
+- ``bench INVENTORY``: a sweep of every ready instance, its pool's NPUs sampled with ``npu-smi info -t
+  power`` over ansible-runner while it runs, J/token from their integral, the report folder with its plots;
+  then the regression gate against a baseline 20 % faster than that sweep (exit 1).
 """
 
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -54,19 +56,26 @@ def test_bench_an_endpoint_measures_the_real_engine(served: Served, tmp_path: Pa
     assert len(kept["ttfts"]) == PROMPTS and all(len(itl) == 15 for itl in kept["itls"])
 
 
-def test_bench_an_inventory_measures_each_instance_and_its_npus_energy(served: Served) -> None:
+def test_bench_an_inventory_sweeps_each_instance_with_its_npus_energy_and_a_report(
+    served: Served, tmp_path: Path
+) -> None:
+    report = tmp_path / "report"
     args = ["bench", str(served.inventory), "--pool", POOL_NAME, "--dataset-name", "fixed"]
     # --ignore-eos: every request gets its 8 tokens (SmolLM2 may end a fixed prompt's answer sooner)
-    args += ["--fixed-output-len", "8", "--ignore-eos", "--num-prompts", "6", "--max-concurrency", "2"]
-    done = provision_cli(*args, "--power-interval", "0.5", "--json", runs=served.runs, timeout=900)
+    args += ["--fixed-output-len", "8", "--ignore-eos", "--num-prompts", "4", "--sweep-concurrency", "1,2"]
+    args += ["--power-interval", "0.5", "--report", str(report)]
+    done = provision_cli(*args, "--json", runs=served.runs, timeout=900)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     runs = json.loads(done.stdout)
     nodes = [node.name for node in served.cluster.nodes]
     assert {r["base_url"] for r in runs} == {served.url(node) for node in nodes}
+    assert sorted((r["base_url"], r["max_concurrency"]) for r in runs) == sorted(
+        (served.url(node), c) for node in nodes for c in (1, 2)
+    )
     pool = next(p for p in served.settings()["npu_pools_list"] if p["name"] == POOL_NAME)
     for run in runs:
         node = next(n for n in nodes if served.url(n) == run["base_url"])
-        assert (run["completed"], run["failed"], run["total_output_tokens"]) == (6, 0, 48)
+        assert (run["completed"], run["failed"], run["total_output_tokens"]) == (4, 0, 32)
         assert run["power_npus"] == len(pool["devices"]) and run["power_coverage"] >= 0.9
         assert run["power_source"].startswith(f"npu-smi info -t power ({node} NPU ")
         watts = sum(
@@ -76,4 +85,35 @@ def test_bench_an_inventory_measures_each_instance_and_its_npus_energy(served: S
         )
         # the simulated NPUs draw a steady power: the integral is that power over the run
         assert run["energy_j"] == pytest.approx(watts * run["duration"], rel=0.05)
-        assert run["j_per_output_token"] == pytest.approx(run["energy_j"] / 48)
+        assert run["j_per_output_token"] == pytest.approx(run["energy_j"] / 32)
+
+    # the report folder: the same runs, every request's timings, the plots
+    assert json.loads((report / "result.json").read_text()) == runs
+    timings = json.loads((report / "requests.json").read_text())
+    assert [len(r["ttfts"]) for r in timings] == [4] * len(runs)
+    stems = [f"latency_cdf_{n}" for n in range(1, len(runs) + 1)]
+    for stem in [*stems, "sweep_throughput", "sweep_ttft", "sweep_energy"]:
+        assert (report / f"{stem}.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), stem
+        assert ET.parse(report / f"{stem}.svg").getroot().tag == "{http://www.w3.org/2000/svg}svg", stem
+    assert "J / output token" in (report / "sweep_energy.svg").read_text()
+
+    # the gate: a baseline 20 % faster than that run (throughputs 1.25x, p99 TTFT 0.8x) is a regression
+    faster = [
+        r
+        | {
+            "output_throughput": r["output_throughput"] * 1.25,
+            "request_throughput": r["request_throughput"] * 1.25,
+            "p99_ttft_ms": r["p99_ttft_ms"] * 0.8,
+        }
+        for r in runs
+    ]
+    baseline = tmp_path / "faster.json"
+    baseline.write_text(json.dumps(faster))
+    args = ["bench", served.url("node1"), "--api-key", API_KEY, "--dataset-name", "fixed"]
+    args += ["--fixed-output-len", "8", "--ignore-eos", "--num-prompts", "4", "--sweep-concurrency", "1,2"]
+    done = provision_cli(
+        *args, "--baseline", str(baseline), "--max-regression", "10%", runs=served.runs, timeout=900
+    )
+    assert done.returncode == 1, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert f"against the baseline {baseline}" in done.stdout and "REGRESSED" in done.stdout
+    assert f"regression beyond 10% of {baseline}: " in done.stdout
