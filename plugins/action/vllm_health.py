@@ -110,6 +110,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             result["msg"] = "check mode, probed once without waiting:\n" + result["msg"]
         elif not ready and args.get("fail_when_not_ready", True):
             result["failed"] = True
+            node = var("inventory_hostname") or host
+            result["msg"] += f"\n`provision doctor INVENTORY --limit {node}` names the cause and the fix."
         return result
 
     # ------------------------------------------------------------------------------------------ helpers

@@ -128,7 +128,9 @@ endpoints:
     completion_s: {description: Seconds the last completion took., type: float}
     budget_s: {description: Load budget applied (null for a single probe)., type: float}
 msg:
-  description: One line per instance (with the log tail of failed ones).
+  description: >-
+    One line per instance (with the log tail of failed ones); when the gate fails, a last line naming the
+    C(provision doctor) command for the node.
   returned: always
   type: str
 """

@@ -54,6 +54,16 @@ def node_cgroups(machine: str) -> list[Path]:
     return [hierarchy / PARENT / machine for hierarchy in (*hierarchies(), *controllers())]
 
 
+def pids(machine: str) -> set[int]:
+    """Every process in the node's cgroups (any depth, every hierarchy): what of the node still runs."""
+    found: set[int] = set()
+    for cgroup in node_cgroups(machine):
+        for folder, _subfolders, _files in os.walk(cgroup):
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(p) for p in (Path(folder) / "cgroup.procs").read_text().split())
+    return found
+
+
 def node_binds(machine: str) -> list[str]:
     """systemd-nspawn ``--bind`` options giving the node its writable v1 controller cgroups."""
     return [

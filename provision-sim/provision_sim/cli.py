@@ -13,8 +13,9 @@ import time
 import typer
 
 from provision.cli.console import Console
-from provision_sim import flavours
-from provision_sim.cluster import DEFAULT_NAME, Cluster
+from provision.errors import InputError
+from provision_sim import faults, flavours
+from provision_sim.cluster import DEFAULT_NAME, POWER_ACTIONS, Cluster
 
 sim_app = typer.Typer(
     help="Rehearse before production: a simulated Ascend cluster of real Linux nodes reachable over SSH.",
@@ -31,6 +32,13 @@ NAME_OPTION = typer.Option(
 
 def _load(name: str) -> Cluster | None:
     return Cluster.load(name)
+
+
+def _running_cluster(name: str) -> Cluster:
+    cluster = Cluster.load(name)
+    if cluster is None:
+        raise InputError(f"no simulated cluster {name!r} (start one with `provision sim up`)")
+    return cluster
 
 
 @sim_app.command("up")
@@ -125,7 +133,74 @@ def status(
     out = Console.for_stream()
     out.line(f"cluster {cluster.name!r} ({cluster.dir}), inventory {cluster.inventory_path}")
     for state in states:
-        out.line(f"{state.name:<8} {state.ip:<15} {state.flavour:<16} {state.state:<8} boots={state.boots}")
+        out.line(f"{state.name:<8} {state.ip:<15} {state.flavour:<16} {state.state:<11} boots={state.boots}")
+
+
+FAULT_HELP = (
+    "Plant a fault on a node to rehearse it (`provision doctor` names it), or take it away with --clear. "
+    "VALUE is JSON where the knob takes a map or a list (quote it for the shell). Without KNOB: list the "
+    "node's faults. A stopped docker or vLLM unit needs no knob: "
+    "`systemctl stop docker.socket docker.service` on the node.\n\nKnobs:\n\n"
+    + "\n\n".join(faults.describe().splitlines())
+)
+
+
+@sim_app.command("fault", help=FAULT_HELP)
+def fault(
+    node: str = typer.Argument(..., help="The node, e.g. node2."),
+    knobs: list[str] = typer.Argument(
+        None, metavar="[KNOB[=VALUE]]...", help="e.g. npu_health='{\"3\": \"Critical\"}' link_down='[5]'"
+    ),
+    clear: bool = typer.Option(
+        False, "--clear", help="Take the named faults away (all of them without KNOB)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the node's faults as JSON."),
+    name: str = NAME_OPTION,
+) -> None:
+    words = list(knobs or [])
+    if clear and any("=" in word for word in words):
+        raise InputError("--clear takes knob names only (no =VALUE)")
+    settings = {} if clear else faults.parse(words)  # checked before anything is touched
+    target = _running_cluster(name).node(node)
+    if clear:
+        now = faults.clear(target, words)
+    elif settings:
+        now = faults.plant(target, settings)
+    else:
+        now = faults.current(target)
+    if as_json:
+        typer.echo(json.dumps(now, indent=2, sort_keys=True))
+        return
+    shown = ", ".join(f"{key}={json.dumps(value)}" for key, value in sorted(now.items()))
+    Console.for_stream().line(f"{node}: {shown or 'no faults'}")
+
+
+@sim_app.command("power")
+def power(
+    node: str = typer.Argument(..., help="The node, e.g. node2."),
+    action: str = typer.Argument(..., metavar="off|on|cycle"),
+    hard: bool = typer.Option(
+        False,
+        "--hard",
+        help="Power loss instead of a clean shutdown: the node's whole PID namespace ends at once "
+        "(nothing of its systemd, sshd or containers survives).",
+    ),
+    name: str = NAME_OPTION,
+) -> None:
+    """Power a node off (clean shutdown, or --hard: a power loss), on (it boots again, its disk as it was),
+    or cycle it."""
+    if action not in POWER_ACTIONS:
+        raise InputError(f"power {action!r}: use one of {', '.join(POWER_ACTIONS)}")
+    cluster = _running_cluster(name)
+    started = time.monotonic()
+    cluster.power(node, action, hard=hard)
+    target = cluster.node(node)
+    how = "power loss" if hard else "clean shutdown"
+    took = f"in {time.monotonic() - started:.1f} s"
+    if action == "off":
+        Console.for_stream().line(f"{node} stopped ({how}) {took}")
+    else:
+        Console.for_stream().line(f"{node} running (boot {target.boots}) {took}")
 
 
 @sim_app.command("inventory")

@@ -44,6 +44,9 @@ MAX_NPUS = 16
 NETWORK_LOCK = Path("/run/lock/provision-sim.lock")
 STOP_GRACE_S = 10.0
 KILL_WAIT_S = 3.0
+POWER_OFF_TIMEOUT_S = 90.0
+"""A clean power-off of one node (its units stop in order: docker and its containers take a while)."""
+POWER_ACTIONS = ("off", "on", "cycle")
 BOOT_TIMEOUT_S = 120.0
 # Unix socket paths are limited to 107 bytes: "<control dir>/<ip>" plus the 17 characters ssh appends
 # to name the socket while it creates it.
@@ -71,7 +74,7 @@ class NodeStatus:
     flavour: str
     ip: str
     state: str
-    """``running`` (sshd answers), ``booting`` or ``stopped``."""
+    """``running`` (sshd answers), ``booting``, ``unreachable`` or ``stopped``: see :func:`nodes.state`."""
     boots: int
 
 
@@ -318,16 +321,21 @@ class Cluster:
         return {node.name: node.boots for node in self.nodes}
 
     def wait_ready(
-        self, timeout: float = BOOT_TIMEOUT_S, *, rebooted: Mapping[str, int] | None = None
+        self,
+        timeout: float = BOOT_TIMEOUT_S,
+        *,
+        rebooted: Mapping[str, int] | None = None,
+        only: Sequence[str] = (),
     ) -> None:
-        """Wait until every node's sshd answers; a node whose container died fails at once.
+        """Wait until every node's sshd answers (or only those named); a node whose container died fails
+        at once.
 
         ``rebooted`` (:meth:`boots` taken before the reboot was asked for) makes a node count only once it
         booted again: until its old systemd has shut down, the old sshd still answers.
         """
         deadline = time.monotonic() + timeout
         before = dict(rebooted or {})
-        waiting = list(self.nodes)
+        waiting = [self.node(name) for name in only] if only else list(self.nodes)
         while waiting:
             waiting = [
                 node
@@ -345,6 +353,61 @@ class Cluster:
                 )
             if waiting:
                 time.sleep(0.05)
+
+    # -- power ------------------------------------------------------------------------------------------
+
+    def power_off(self, name: str, *, hard: bool = False, timeout: float = POWER_OFF_TIMEOUT_S) -> None:
+        """Power a node off: a clean shutdown (its systemd stops every unit), or with ``hard`` a power loss
+        (:func:`nodes.power_loss`: its whole PID namespace ends at once). Its disk stays as it was."""
+        node = self.node(name)
+        if not nodes.any_process(node):
+            raise ProvisionError(f"{name} is already stopped")
+        if hard:
+            nodes.power_loss(node)
+            timeout = KILL_WAIT_S
+        else:
+            nodes.stop(node)
+        if not self._wait_gone(node, timeout):
+            how = "after SIGKILL" if hard else f"{timeout:.0f} s after the poweroff request"
+            hint = "" if hard else f" (`provision sim power {name} off --hard`)"
+            raise ProvisionError(f"{name} still runs {how}{hint}")
+        (node.dir / "nspawn.pid").unlink(missing_ok=True)
+
+    def power_on(self, name: str, *, timeout: float = BOOT_TIMEOUT_S) -> None:
+        """Boot a stopped node again, its disk as it was; returns once its sshd answers."""
+        from provision_sim import faults
+
+        node = self.node(name)
+        if nodes.any_process(node):
+            raise ProvisionError(f"{name} is {nodes.state(node)}: power it off first")
+        if not nodes.mounted(node):
+            nodes.mount(node, self.base)
+        faults.forget_lost_at_boot(node)
+        boots = node.boots
+        nodes.start(node, self.binds)
+        self.wait_ready(timeout, rebooted={name: boots}, only=[name])
+
+    def power(self, name: str, action: str, *, hard: bool = False) -> None:
+        """``off``, ``on`` or ``cycle`` (off, then on) one node."""
+        if action not in POWER_ACTIONS:
+            raise InputError(f"power {action!r}: use one of {', '.join(POWER_ACTIONS)}")
+        self.node(name)
+        if hard and action == "on":
+            raise InputError("--hard is for off and cycle (how the node loses power)")
+        if action in ("off", "cycle"):
+            self.power_off(name, hard=hard)
+        if action in ("on", "cycle"):
+            self.power_on(name)
+
+    def _wait_gone(self, node: Node, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            nodes.reap(node)
+            if not nodes.any_process(node):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
     # -- what users see ---------------------------------------------------------------------------------
 

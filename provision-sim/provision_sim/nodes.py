@@ -12,6 +12,9 @@ Life of a node (driven by :mod:`provision_sim.cluster`)::
     stop()      SIGTERM to the supervisor → systemd-nspawn asks the node's systemd to power off
     kill()      after a grace period: SIGKILL to the node's init (ends every process in the node),
                 then to systemd-nspawn and the supervisor — only PIDs we recorded, checked by start time
+    power_loss() ``provision sim power NODE off --hard``: the supervisor, then the node's init (its whole
+                PID namespace ends at once), then anything left in the node's cgroups
+    mount()+start() ``power on``: the same root (upper layer kept) booted again by a new supervisor
     unmount()   the overlayfs goes (and remove_cgroups() the node's cgroups); the node's files stay in
                 ``upper/`` until the cluster folder is removed
 
@@ -161,6 +164,11 @@ def prepare(node: Node, base: Path, *, host_key: KeyPair, authorized_key: str, h
     (node.upper / "root/.ssh").chmod(0o700)
     flavours.apply_flavour(node.upper, base, flavours.FLAVOURS[node.flavour])
     _write_hardware_config(node)
+    mount(node, base)
+
+
+def mount(node: Node, base: Path) -> None:
+    """Mount the node's root: the shared base (read-only) under the node's own changes."""
     options = f"lowerdir={base},upperdir={node.upper},workdir={node.work}"
     if any(char in str(path) for path in (base, node.dir) for char in ",:"):
         raise ProvisionError(f"paths for overlayfs must not contain ',' or ':': {options}")
@@ -297,18 +305,47 @@ def nspawn(node: Node) -> ProcessRef | None:
 
 
 def init_process(node: Node) -> ProcessRef | None:
-    """The node's PID 1 (systemd), seen from the host; ``None`` when the node is not running."""
+    """The node's PID 1 (systemd), seen from the host; ``None`` when the node is not running.
+
+    Found as systemd-nspawn's child, or — when systemd-nspawn is gone but the node is not (it was killed
+    alone: its container lives on) — as the process of the node's cgroups that is PID 1 of its own PID
+    namespace.
+    """
     runner = nspawn(node)
-    if runner is None or not runner.alive():
-        return None
-    children = runner.children()
-    return children[0] if children else None
+    if runner is not None and runner.alive():
+        children = runner.children()
+        if children:
+            return children[0]
+    for pid in sorted(cgroups.pids(node.machine)):
+        if _namespace_pids(pid)[1:] == [1]:
+            return ProcessRef.of(pid)
+    return None
+
+
+def _namespace_pids(pid: int) -> list[int]:
+    """``NSpid`` of /proc/PID/status: the PID in the host's namespace, then in each nested one."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return [int(word) for word in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
 
 
 def processes(node: Node) -> list[ProcessRef]:
     """The processes we started for this node that are still alive."""
     candidates = [init_process(node), nspawn(node), supervisor(node)]
     return [ref for ref in candidates if ref is not None and ref.alive()]
+
+
+def any_process(node: Node) -> bool:
+    """Whether anything of the node still runs: ours, or any process left in its cgroups."""
+    return bool(processes(node)) or bool(cgroups.pids(node.machine))
+
+
+POWEROFF_SIGNAL = signal.SIGRTMIN + 4
+"""What systemd takes as a poweroff request (systemd(1): SIGRTMIN+4 starts poweroff.target)."""
 
 
 def stop(node: Node) -> None:
@@ -318,13 +355,34 @@ def stop(node: Node) -> None:
         sup.signal(signal.SIGTERM)
         return
     runner = nspawn(node)  # the supervisor is gone but the node is not
-    if runner is not None:
+    if runner is not None and runner.alive():
         runner.signal(signal.SIGTERM)
+        return
+    init = init_process(node)  # systemd-nspawn is gone too: ask the node's systemd itself
+    if init is not None:
+        init.signal(POWEROFF_SIGNAL)
 
 
 def kill(node: Node) -> None:
     """SIGKILL the node's init first (that ends every process in the node), then nspawn and supervisor."""
     for ref in (init_process(node), nspawn(node), supervisor(node)):
+        if ref is not None:
+            ref.signal(signal.SIGKILL)
+
+
+def power_loss(node: Node) -> None:
+    """A hard power-off: the node's whole PID namespace ends at once, with nothing to boot it again.
+
+    The supervisor goes first (it would boot the node again), then the node's PID 1 — the kernel ends
+    every other process of a PID namespace when its init dies, so no unit, sshd or container of the node
+    gets to run a line more — then systemd-nspawn, and any straggler of the node's cgroups.
+    """
+    init, runner, sup = init_process(node), nspawn(node), supervisor(node)
+    for ref in (sup, init, runner):
+        if ref is not None:
+            ref.signal(signal.SIGKILL)
+    for pid in cgroups.pids(node.machine):
+        ref = ProcessRef.of(pid)
         if ref is not None:
             ref.signal(signal.SIGKILL)
 
@@ -361,12 +419,25 @@ def ssh_ready(node: Node, timeout: float = 0.5) -> bool:
         return False
 
 
+BOOTING_S = 120.0
+"""A node whose boot started less than this long ago and whose sshd does not answer yet is booting."""
+
+
 def state(node: Node) -> str:
-    """``running`` (sshd answers), ``booting`` (systemd-nspawn runs) or ``stopped``."""
-    runner = nspawn(node)
-    if runner is None or not runner.alive():
+    """What the node's processes say, never a recorded flag:
+
+    ``running`` (sshd answers), ``booting`` (its systemd-nspawn started less than :data:`BOOTING_S` ago,
+    no sshd yet), ``unreachable`` (processes of the node run, sshd does not answer) or ``stopped``
+    (nothing of the node runs).
+    """
+    if not any_process(node):
         return "stopped"
-    return "running" if ssh_ready(node) else "booting"
+    if ssh_ready(node):
+        return "running"
+    runner = nspawn(node)
+    if runner is not None and runner.alive() and runner.age() < BOOTING_S:
+        return "booting"
+    return "unreachable"
 
 
 def exec_in(

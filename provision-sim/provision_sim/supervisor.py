@@ -13,7 +13,7 @@ poweroff; the supervisor then exits instead of booting again.
 Each boot starts in the node's own cgroups (``provision-sim/MACHINE``, see :mod:`provision_sim.cgroups`).
 
 Files in NODE_DIR: ``nspawn.pid`` (``"<pid> <start time>"`` of the running systemd-nspawn, for ``down``)
-and ``boots`` (how many times the node was started).
+and ``boots`` (how many times the node was started, counting on across power-offs).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def supervise(node_dir: Path, machine: str, command: list[str]) -> int:
         signal.signal(signum, stop)
 
     pid_file = node_dir / "nspawn.pid"
-    boots = 0
+    boots = _boots(node_dir)  # a node powered on again counts on
     status = 0
     while not stopping:
         cgroups.remove(machine)  # what the previous boot left, so each boot starts clean
@@ -64,6 +64,13 @@ def supervise(node_dir: Path, machine: str, command: list[str]) -> int:
             break
         _log("node rebooting")
     return 0 if stopping else status
+
+
+def _boots(node_dir: Path) -> int:
+    try:
+        return int((node_dir / "boots").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
 
 
 def _log(text: str) -> None:

@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -114,10 +113,18 @@ class ProcessRef:
         stat = _stat(self.pid)
         return stat is not None and int(stat[19]) == self.start and stat[0] != "Z"
 
-    def signal(self, signum: signal.Signals) -> None:
+    def signal(self, signum: int) -> None:
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signum)
+
+    def age(self) -> float:
+        """Seconds since the process started (``0.0`` when it is gone)."""
+        try:
+            uptime = float(Path("/proc/uptime").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        return max(uptime - self.start / os.sysconf("SC_CLK_TCK"), 0.0) if self.alive() else 0.0
 
     def children(self) -> list[ProcessRef]:
         refs = []

@@ -89,6 +89,22 @@ def hccn_link_down(node: Facts, expected: Expected) -> list[str]:
     ]
 
 
+NET_HEALTH_UNCHECKED = ("success", "init", "detect ip set")
+"""``-net_health -g`` statuses that are no fault: fine, or never checked (no detection address yet)."""
+
+
+def hccn_net_unhealthy(node: Facts, expected: Expected) -> list[str]:
+    """An NPU port whose link is up but whose net health check fails (a port down is hccn_link_down's)."""
+    ports = (node.get("hccn") or {}).get("npus") or {}
+    return [
+        f"hccn_tool -i {npu} -net_health -g: net health status: {port['net_health']}"
+        for npu, port in sorted(ports.items(), key=lambda kv: int(kv[0]))
+        if port.get("net_health") is not None
+        and str(port["net_health"]).lower() not in NET_HEALTH_UNCHECKED
+        and port.get("link") in (None, "UP")
+    ]
+
+
 def hccn_tls_mixed(node: Facts, expected: Expected) -> list[str]:
     ports = (node.get("hccn") or {}).get("npus") or {}
     switches = {npu: port["tls"] for npu, port in ports.items() if port.get("tls") is not None}
@@ -186,6 +202,7 @@ CONDITIONS: dict[str, Condition] = {
         npu_unhealthy,
         stack_off_lock,
         hccn_link_down,
+        hccn_net_unhealthy,
         hccn_tls_mixed,
         device_nodes_missing,
         docker_runtime_unregistered,

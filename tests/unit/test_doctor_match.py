@@ -129,6 +129,7 @@ def node_probe(
     units: dict[str, dict[str, str]] | None = None,
     link: dict[int, str] | None = None,
     tls: dict[int, int] | None = None,
+    net_health: dict[int, str] | None = None,
     devnodes: list[str] | None = None,
     daemon: dict[str, Any] | None = None,
     dkms_tree: list[str] | None = None,
@@ -191,7 +192,10 @@ def node_probe(
         state = (link or {}).get(npu, "UP")
         switch = (tls or {}).get(npu, 0)
         out += probe_section(f"hccn {npu} link 0", f"link status: {state}")
-        out += probe_section(f"hccn {npu} net_health 0", _hccn_line("net health status:"))
+        health = _hccn_line("net health status:")
+        if npu in (net_health or {}):
+            health = f"net health status: {(net_health or {})[npu]}"
+        out += probe_section(f"hccn {npu} net_health 0", health)
         out += probe_section(f"hccn {npu} ip 0", f"{ip}\nnetmask:255.255.255.0")
         out += probe_section(f"hccn {npu} tls 0", tls_line.replace("tls switch[0]", f"tls switch[{switch}]"))
     if dkms_tree is not None:
@@ -299,6 +303,16 @@ def test_link_down_and_mixed_tls() -> None:
     assert evidence(node_probe(tls={2: 1, 6: 1}), "hccn-tls-mixed") == [
         "TLS enabled on NPU 2, 6, disabled on NPU 0, 1, 3, 4, 5, 7"
     ]
+
+
+def test_a_port_up_whose_net_health_fails() -> None:
+    # "Fault": the status the MindSpore rank-table guide shows for a failed connection; a port that is
+    # down says Fault too, and is hccn-link-down's alone; Init (never checked) is no fault
+    text = node_probe(net_health={2: "Fault", 5: "Fault", 6: "Init"}, link={5: "DOWN"})
+    assert evidence(text, "hccn-net-unhealthy") == ["hccn_tool -i 2 -net_health -g: net health status: Fault"]
+    assert evidence(text, "hccn-link-down") == ["hccn_tool -i 5 -link -g: link status: DOWN"]
+    unchecked = diagnose(collect(node_probe(net_health={6: "Init"})), EXPECTED, CATALOG)
+    assert "hccn-net-unhealthy" not in [f.id for f in unchecked]
 
 
 def test_driver_off_the_lock() -> None:

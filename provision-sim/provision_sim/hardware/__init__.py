@@ -24,6 +24,10 @@ Fault knobs (``faults`` in hardware.json; the tools read the file on every call)
 ``installer_crash``  ``{"driver": 40}`` (any component; or ``{"driver": {"percent": 40, "mode": "kill"}}``):
                      the installer writes the files of the earlier stages, then exits 1 with an ``[ERROR]``
                      line (``kill``: dies by SIGKILL, exit 137, no error line).
+``npu_processes``    ``{"5": [{"pid": 4242, "memory_mb": 512}]}``: processes npu-smi lists on chip 5 (its
+                     process table, as in vllm-ascend#5606) while the PID lives, named as the kernel names
+                     them (``/proc/PID/comm``) unless ``name`` is given; HBM usage grows by ``memory_mb``.
+:data:`KNOBS` types and checks every knob (``provision sim fault`` uses it).
 A missing prerequisite needs no knob: leave the package (pciutils, net-tools, dkms, gcc, make, kernel
 headers) or the ``HwHiAiUser`` account out of the node.
 
@@ -50,7 +54,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +66,7 @@ __all__ = [
     "BUS_IDS",
     "ENGINE_DIR",
     "HW_CONFIG",
+    "KNOBS",
     "MODELS",
     "NPU_NETNS",
     "UNIT_NAME",
@@ -422,3 +428,142 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+# -- the fault knobs, typed ------------------------------------------------------------------------------
+
+
+def _chip_key(key: object) -> str:
+    if not (isinstance(key, str) and key.isdigit()):
+        raise ValueError(f'keys are chip ids such as "3", not {key!r}')
+    return key
+
+
+def _map(value: object, check: Callable[[object], object]) -> dict[str, object]:
+    if not isinstance(value, dict) or not value:
+        raise ValueError("give a JSON map of chip id to value, e.g. '{\"3\": ...}'")
+    return {_chip_key(k): check(v) for k, v in value.items()}
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"give an integer, not {value!r}")
+    return value
+
+
+def _chips(value: object) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(_int(v) >= 0 for v in value):
+        raise ValueError("give a chip id or a JSON list of chip ids, e.g. [5]")
+    return [int(v) for v in value]
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"give a text, not {value!r}")
+    return value
+
+
+HEALTH = ("OK", "Warning", "Alarm", "Critical")
+
+
+def _health(value: object) -> object:
+    status = value.get("status", "Alarm") if isinstance(value, dict) else value
+    if status not in HEALTH:
+        raise ValueError(
+            f"a Health is one of {', '.join(HEALTH)} (or a map with status/error_code/error_info)"
+        )
+    return value
+
+
+def _counters(value: object) -> dict[str, int]:
+    if not isinstance(value, dict) or not value:
+        raise ValueError('give the ECC counters of a chip, e.g. {"HBM Double Bit Error Count": 2}')
+    return {_text(k): _int(v) for k, v in value.items()}
+
+
+def _processes(value: object) -> list[dict[str, object]]:
+    entries = value if isinstance(value, list) else [value]
+    out: list[dict[str, object]] = []
+    for entry in entries:
+        if not isinstance(entry, dict) or "pid" not in entry or set(entry) - {"pid", "name", "memory_mb"}:
+            raise ValueError('give processes as [{"pid": 4242, "memory_mb": 512}] (name is optional)')
+        out.append({k: _text(v) if k == "name" else _int(v) for k, v in entry.items()})
+    return out
+
+
+def _crash(value: object) -> dict[str, object]:
+    if not isinstance(value, dict) or not value:
+        raise ValueError('give a JSON map of component to percent, e.g. {"driver": 40}')
+    for component, how in value.items():
+        percent = how.get("percent") if isinstance(how, dict) else how
+        if not isinstance(percent, int) or isinstance(percent, bool) or not 0 <= percent <= 100:
+            raise ValueError(f'{component}: give a percent 0..100 (or {{"percent": 40, "mode": "kill"}})')
+        if isinstance(how, dict) and how.get("mode", "error") not in ("error", "kill"):
+            raise ValueError(f"{component}: mode is error or kill")
+    return dict(value)
+
+
+def _true(value: object) -> bool:
+    if value is not True:
+        raise ValueError("takes no value (or true)")
+    return True
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One fault knob of ``hardware.json``: what it takes and what it does."""
+
+    name: str
+    example: str
+    does: str
+    check: Callable[[object], object]
+    default: object = None
+    """The value of a bare ``KNOB`` (no ``=VALUE``); ``None``: a value is required."""
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob(
+            "npu_health",
+            '\'{"3": "Critical"}\'',
+            "npu-smi Health of chip 3 (Warning, Alarm, Critical)",
+            lambda v: _map(v, _health),
+        ),
+        Knob(
+            "ecc",
+            '\'{"3": {"HBM Double Bit Error Count": 2}}\'',
+            "counters of npu-smi info -t ecc",
+            lambda v: _map(v, _counters),
+        ),
+        Knob(
+            "dcmi_error",
+            "-8005",
+            "every npu-smi call fails: dcmi module initialize failed. ret is -8005",
+            _int,
+            default=-8005,
+        ),
+        Knob("link_down", "'[5]'", "hccn_tool -i 5 -link -g: DOWN (net health Fault, pings lost)", _chips),
+        Knob(
+            "net_health",
+            '\'{"2": "Receive timeout"}\'',
+            "forced hccn_tool -i 2 -net_health -g status",
+            lambda v: _map(v, _text),
+        ),
+        Knob("disk_full", "", "every .run installer stops at its free-space check", _true, default=True),
+        Knob(
+            "installer_crash",
+            "'{\"driver\": 40}'",
+            "the driver .run dies at 40 % (mode kill: SIGKILL)",
+            _crash,
+        ),
+        Knob(
+            "npu_processes",
+            '\'{"5": [{"pid": 4242, "memory_mb": 512}]}\'',
+            "npu-smi lists process 4242 on chip 5 while it lives",
+            lambda v: _map(v, _processes),
+        ),
+    )
+}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from . import common
@@ -539,6 +540,31 @@ def hbm_used(npu: Mapping[str, Any]) -> int:
     return int(npu["hbm_used_mb"]) + sum(int(p.get("memory_mb", 0)) for p in npu.get("processes") or [])
 
 
+def _with_knob_processes(config: Mapping[str, Any], npu: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The chip with the live processes of the ``npu_processes`` knob added to its own.
+
+    A process whose PID is gone is not listed (npu-smi shows only processes that hold the device), and
+    its name is what the kernel calls it, as npu-smi prints it (vllm-ascend#5606: ``VLLMWorker_TP``).
+    """
+    wanted = (common.faults(dict(config)).get("npu_processes") or {}).get(str(npu["id"])) or []
+    live = []
+    for entry in wanted:
+        try:
+            comm = Path(f"/proc/{int(entry['pid'])}/comm").read_text(encoding="utf-8").strip()
+        except (OSError, KeyError, TypeError, ValueError):
+            continue
+        live.append(
+            {
+                "pid": int(entry["pid"]),
+                "name": entry.get("name") or comm,
+                "memory_mb": int(entry.get("memory_mb", 0)),
+            }
+        )
+    if not live:
+        return npu
+    return {**npu, "processes": [*(npu.get("processes") or []), *live]}
+
+
 def compatibility(driver_fw_range: Sequence[str] | None, firmware: str) -> str:
     if not driver_fw_range or len(driver_fw_range) != 2:
         return "OK"
@@ -553,7 +579,7 @@ class Node:
     def __init__(self, config: Mapping[str, Any], loaded: Mapping[str, Any]) -> None:
         self.config = config
         self.loaded = loaded
-        self.npus: list[Mapping[str, Any]] = list(config["npus"])
+        self.npus: list[Mapping[str, Any]] = [_with_knob_processes(config, n) for n in config["npus"]]
         self.hardware = str(config.get("hardware_model", "a2"))
         self.per = int(config.get("chips_per_npu", 1))
 
