@@ -14,13 +14,13 @@ the same playbooks and roles:
   stock      `ansible-playbook -i INVENTORY playbooks/site.yml --limit ...` with Ansible's defaults where
              provision changes them: linear strategy, no pipelining, forks 5, ControlPersist 60 s (the
              collections path stays: the playbooks call the collection's roles)
-Runs alternate (provision, stock, provision, ...) so machine load affects both alike; SSH masters are
+Runs alternate (--full, provision, stock, --full, ...) so machine load affects all alike; SSH masters are
 closed before every run (cold start, like a fresh CLI invocation). Prints medians, ratios and the load
 average (1 min) around each run: the machine may be shared, and 10-node runs measure total CPU.
 `--playbook NAME` times another playbook of playbooks/ (e.g. `driver`) instead of site.yml.
 `--ref COMMIT` also times `--full` with that commit's provision package and collection (a git worktree of it,
 run with this venv), in the same rotation: "--full within 10 % of before" read on one machine in one hour.
-Its run goes first in each rotation, so that this tree's runs find the nodes as this tree leaves them.
+Its run goes first in each rotation, and this tree's --full (which records the nodes again) right after it.
 """
 
 from __future__ import annotations
@@ -132,8 +132,9 @@ def main() -> None:
             for _ in range(args.reps):
                 for label, argv, run_env, verified in (
                     (ref_label, [*ours, "--limit", limit, "--full"], ref_env, None),
-                    ("provision", [*ours, "--limit", limit, "--json"], env, count),
+                    # --full records the nodes as this tree sees them (the ref's run recorded its own view)
                     ("--full", [*ours, "--limit", limit, "--full"], env, None),
+                    ("provision", [*ours, "--limit", limit, "--json"], env, count),
                     ("stock", [*stock, "--limit", limit], stock_env, None),
                 ):
                     if label not in labels:
