@@ -531,6 +531,7 @@ def test_serve_refuses_a_corrupted_bundle_and_serves_nothing(
 
 @pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed")
 def test_a_signed_bundle_verifies_with_the_key_and_not_when_tampered(
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     inventory: Path,
     mirror: Path,
@@ -539,6 +540,10 @@ def test_a_signed_bundle_verifies_with_the_key_and_not_when_tampered(
 ) -> None:
     home = tmp_path / "gnupg"
     home.mkdir(mode=0o700)
+    # The key's gpg-agent would outlive the test: it goes with the folder.
+    request.addfinalizer(
+        lambda: subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
+    )
     gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
     subprocess.run([*gpg, "--quick-generate-key", "bundle@test", "ed25519", "sign", "never"], check=True)
     subprocess.run(
