@@ -564,3 +564,17 @@ class Prometheus:
             if time.monotonic() - started > timeout:
                 pytest.fail(f"{what}: not within {timeout:.0f} s ({last!r})\n{self.log()}", pytrace=False)
             time.sleep(every)
+
+
+def gnupg_home(request: pytest.FixtureRequest, folder: Path) -> Path:
+    """A private GnuPG home in ``folder`` whose gpg-agent (started by an import or a signature) is stopped
+    when the test ends: it would outlive the session."""
+    home = folder / "gnupg"
+    home.mkdir(mode=0o700)
+
+    def stop() -> None:
+        if shutil.which("gpgconf"):
+            subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
+
+    request.addfinalizer(stop)
+    return home

@@ -23,7 +23,7 @@ from provision.inventory.validate import check
 from provision.paths import ansible_root
 from provision_sim.cluster import Cluster
 from provision_sim.mirror import repos
-from tests.helpers import plain_ansible_env, provision_ok, sh
+from tests.helpers import gnupg_home, plain_ansible_env, provision_ok, sh
 
 ROLE = ansible_root() / "roles" / "openeuler_repos"
 TIMEOUT_S = 600
@@ -105,7 +105,9 @@ def _mirror(cluster: Cluster) -> repos.Served:
 
 
 @pytest.mark.cluster
-def test_mirror_layout_signatures_and_checksums(sim_cluster: Cluster, tmp_path: Path) -> None:
+def test_mirror_layout_signatures_and_checksums(
+    request: pytest.FixtureRequest, sim_cluster: Cluster, tmp_path: Path
+) -> None:
     served = _mirror(sim_cluster)
     root, arch = served.root, platform.machine()
     for release in repos.OPENEULER_RELEASES:
@@ -126,8 +128,7 @@ def test_mirror_layout_signatures_and_checksums(sim_cluster: Cluster, tmp_path: 
         lines
     )  # dkms: everything
 
-    home = tmp_path / "gnupg"
-    home.mkdir(mode=0o700)
+    home = gnupg_home(request, tmp_path)
     gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet"]
     subprocess.run([*gpg, "--import", str(root / "ubuntu" / repos.APT_KEY_NAME)], check=True)
     for suite in repos.UBUNTU_SUITES:

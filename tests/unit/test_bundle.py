@@ -20,7 +20,7 @@ import pytest
 
 from provision.ascend import lock
 from provision.bundle import serve
-from tests.helpers import run_cli, write_tree
+from tests.helpers import gnupg_home, run_cli, write_tree
 
 pytestmark = pytest.mark.unit
 
@@ -538,12 +538,7 @@ def test_a_signed_bundle_verifies_with_the_key_and_not_when_tampered(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    home = tmp_path / "gnupg"
-    home.mkdir(mode=0o700)
-    # The key's gpg-agent would outlive the test: it goes with the folder.
-    request.addfinalizer(
-        lambda: subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
-    )
+    home = gnupg_home(request, tmp_path)
     gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
     subprocess.run([*gpg, "--quick-generate-key", "bundle@test", "ed25519", "sign", "never"], check=True)
     subprocess.run(
