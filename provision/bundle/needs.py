@@ -29,7 +29,6 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlparse
 
-import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from provision import paths
@@ -38,6 +37,7 @@ from provision.errors import InputError
 from provision.image.transfer import default_output
 from provision.inventory.load import Inventory, plain
 from provision.inventory.profiles import all_profiles
+from provision.inventory.roles import role_value
 from provision.inventory.schema import HOST_GROUP
 
 # The flavours the roles support (preflight): name -> (os-release ID, VERSION_ID).
@@ -109,27 +109,8 @@ def _filters(name: str) -> ModuleType:
     return module
 
 
-@cache
-def role_defaults(role: str) -> dict[str, Any]:
-    path = paths.ansible_root() / "roles" / role / "defaults" / "main.yml"
-    with path.open(encoding="utf-8") as fh:
-        data: dict[str, Any] = yaml.safe_load(fh) or {}
-    return data
-
-
-def _value(host_vars: Mapping[str, Any], name: str, role: str) -> Any:
-    """The host's value of a role variable, else the role's default; None when either is a template
-    (``{{ ... }}``: the caller derives it from the lock as the role's default does)."""
-    value = plain(host_vars.get(name))
-    if value is None:
-        value = role_defaults(role).get(name)
-    if isinstance(value, str) and "{{" in value:
-        return None
-    return value
-
-
 def _flag(host_vars: Mapping[str, Any], name: str, role: str) -> bool:
-    value = _value(host_vars, name, role)
+    value = role_value(host_vars, name, role)
     return bool(boolean(value, strict=False)) if value is not None else False
 
 
@@ -203,7 +184,7 @@ def node_needs(host: str, host_vars: Mapping[str, Any], flavour: str, arch: str)
     if _flag(host_vars, "monitoring_enabled", "monitoring") and _flag(
         host_vars, "monitoring_npu_exporter", "monitoring"
     ):
-        name = str(_value(host_vars, "monitoring_npu_exporter_file", "monitoring"))
+        name = str(role_value(host_vars, "monitoring_npu_exporter_file", "monitoring"))
         sha = plain(host_vars.get("monitoring_npu_exporter_checksum")) or None
         node.needs.append(
             Need(
@@ -223,7 +204,7 @@ def node_needs(host: str, host_vars: Mapping[str, Any], flavour: str, arch: str)
 def _os_repos(host_vars: Mapping[str, Any], flavour: str, arch: str) -> list[Need]:
     os_id, version = FLAVOURS[flavour]
     if os_id == "openEuler":
-        sections = _value(host_vars, "openeuler_repos_sections", "openeuler_repos") or []
+        sections = role_value(host_vars, "openeuler_repos_sections", "openeuler_repos") or []
         return [
             Need(
                 f"openeuler/openEuler-{version}-*/{section}/{arch}",
@@ -235,7 +216,7 @@ def _os_repos(host_vars: Mapping[str, Any], flavour: str, arch: str) -> list[Nee
             for section in sections
         ]
     codename = UBUNTU_CODENAMES[version]
-    suites = _value(host_vars, "openeuler_repos_apt_suites", "openeuler_repos") or [
+    suites = role_value(host_vars, "openeuler_repos_apt_suites", "openeuler_repos") or [
         codename + suffix for suffix in ("", "-updates", "-security")
     ]
     return [
@@ -253,17 +234,18 @@ def _os_repos(host_vars: Mapping[str, Any], flavour: str, arch: str) -> list[Nee
 
 def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: str) -> list[Need]:
     ascend = _filters("ascend")
-    driver = str(_value(host_vars, "ascend_driver_version", "ascend_driver") or locked["driver"])
-    firmware = str(_value(host_vars, "ascend_driver_firmware_version", "ascend_driver") or locked["firmware"])
-    chip = str(_value(host_vars, "ascend_driver_chip", "ascend_driver"))
+    driver = str(role_value(host_vars, "ascend_driver_version", "ascend_driver") or locked["driver"])
+    firmware = role_value(host_vars, "ascend_driver_firmware_version", "ascend_driver")
+    firmware = str(firmware or locked["firmware"])
+    chip = str(role_value(host_vars, "ascend_driver_chip", "ascend_driver"))
     files = ascend.ascend_driver_files(driver, firmware, arch=arch, chip=chip)
     pinned = "ascend_driver_checksums"
     wanted = [
         (files["driver"], f"NPU driver {driver}", driver, pinned),
         (files["firmware"], f"NPU firmware {firmware}", firmware, pinned),
     ]
-    cann = str(_value(host_vars, "cann_version", "cann") or locked["cann"])
-    nnal = str(_value(host_vars, "cann_nnal_version", "cann") or locked["nnal"])
+    cann = str(role_value(host_vars, "cann_version", "cann") or locked["cann"])
+    nnal = str(role_value(host_vars, "cann_nnal_version", "cann") or locked["nnal"])
     # The steps of a node with nothing installed: every package the role can install.
     for step in ascend.ascend_cann_steps(
         {},
@@ -271,14 +253,14 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
         cann,
         nnal,
         arch=arch,
-        chip=str(_value(host_vars, "cann_chip", "cann")),
+        chip=str(role_value(host_vars, "cann_chip", "cann")),
         nnal=_flag(host_vars, "cann_install_nnal", "cann"),
     ):
         wanted.append(
             (step["file"], f"CANN {step['component']} {step['version']}", step["version"], "cann_checksums")
         )
     runtime = str(
-        _value(host_vars, "container_runtime_version", "container_runtime") or locked["docker_runtime"]
+        role_value(host_vars, "container_runtime_version", "container_runtime") or locked["docker_runtime"]
     )
     # roles/container_runtime/vars/main.yml: _container_runtime_file
     wanted.append(
@@ -304,15 +286,15 @@ def _pools(host_vars: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def serving_image(host_vars: Mapping[str, Any], stack: str, arch: str) -> str:
     """The image reference the serving role runs (``vllm_serve_image``, default: the lock's tag)."""
-    given = _value(host_vars, "vllm_serve_image", "vllm_serve")
+    given = role_value(host_vars, "vllm_serve_image", "vllm_serve")
     if given:
         return str(given).strip()
-    repository = _value(host_vars, "vllm_serve_image_repository", "vllm_serve")
+    repository = role_value(host_vars, "vllm_serve_image_repository", "vllm_serve")
     tag = _filters("vllm_serve").vllm_serve_image_tag(
         stack,
         arch,
-        _value(host_vars, "vllm_serve_image_os", "vllm_serve"),
-        _value(host_vars, "vllm_serve_image_soc", "vllm_serve"),
+        role_value(host_vars, "vllm_serve_image_os", "vllm_serve"),
+        role_value(host_vars, "vllm_serve_image_soc", "vllm_serve"),
     )
     return f"{repository}:{tag}"
 
@@ -326,7 +308,7 @@ def _images(host_vars: Mapping[str, Any], stack: str, arch: str) -> list[Need]:
         return []
     needs: list[Need] = []
     serving = serving_image(host_vars, stack, arch)
-    if _value(host_vars, "vllm_serve_mode", "vllm_serve") == "container":
+    if role_value(host_vars, "vllm_serve_mode", "vllm_serve") == "container":
         sha = plain(host_vars.get("vllm_serve_image_checksum")) or None
         needs.append(
             Need(
@@ -338,8 +320,8 @@ def _images(host_vars: Mapping[str, Any], stack: str, arch: str) -> list[Need]:
                 "vllm_serve_image_checksum" if sha else "",
             )
         )
-    if _value(host_vars, "container_runtime_verify", "container_runtime") != "never":
-        verify = _value(host_vars, "container_runtime_verify_image", "container_runtime") or serving
+    if role_value(host_vars, "container_runtime_verify", "container_runtime") != "never":
+        verify = role_value(host_vars, "container_runtime_verify_image", "container_runtime") or serving
         if all(need.version != verify for need in needs):
             sha = plain(host_vars.get("container_runtime_verify_image_checksum")) or None
             needs.append(

@@ -22,6 +22,7 @@ from provision.errors import InputError
 from provision.inventory.budget import Timeout, describe
 from provision.inventory.groups import serving_groups_of
 from provision.inventory.load import Inventory, plain
+from provision.inventory.roles import role_value
 from provision.inventory.schema import HOST_GROUP
 from provision.paths import ansible_root
 from provision.serving.container import DRIVER_MOUNTS, ContainerSettings, run_argv
@@ -36,10 +37,6 @@ def _role_file(name: str) -> dict[str, Any]:
     path = ansible_root() / "roles" / "vllm_serve" / name
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     return dict(data)
-
-
-def _templated(value: Any) -> bool:
-    return isinstance(value, str) and "{{" in value
 
 
 def explain(inventory: Inventory, target: str | None = None) -> list[dict[str, Any]]:
@@ -67,13 +64,8 @@ def explain(inventory: Inventory, target: str | None = None) -> list[dict[str, A
 
 
 def _host_records(host: str, variables: Mapping[str, Any], groups: Sequence[Any]) -> list[dict[str, Any]]:
-    defaults = _role_file("defaults/main.yml")
-
     def var(name: str) -> Any:
-        value = variables.get(name)
-        if value is None or _templated(value):
-            value = defaults.get(name)
-        return None if _templated(value) else plain(value)
+        return role_value(variables, name, "vllm_serve")
 
     mode = str(var("vllm_serve_mode") or "container")
     budget_default = var("vllm_serve_load_budget_s")
