@@ -254,7 +254,12 @@ def test_a_node_whose_nspawn_is_gone_is_found_by_its_init_and_a_power_loss_ends_
         assert nodes.init_process(node) == init
         nodes.power_loss(node)
         holder.wait(timeout=10)
-        assert not init.alive()
+        # SIGKILL is sent, not yet acted on: the kernel ends the process when it next runs (a loaded
+        # machine was seen taking longer than the holder's own exit)
+        deadline = time.monotonic() + 5
+        while init.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not init.alive(), "the node's init outlived the power loss by 5 s"
     finally:
         holder.kill()
         holder.wait()
