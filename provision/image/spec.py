@@ -20,7 +20,6 @@ from provision.ascend import lock
 from provision.errors import InputError
 
 DEFAULT_REPOSITORY = "vllm-ascend"
-CANN_IMAGE = "quay.io/ascend/cann"
 
 # Base OS tags of the CANN images (FACTS.md §2). openEuler 22.03 bases ended with vllm-ascend v0.10.0rc1.
 OS_VARIANTS = ("openeuler24.03", "ubuntu22.04")
@@ -52,11 +51,6 @@ def parse_platform(platform: str) -> tuple[str, str]:
     if len(parts) < 2 or parts[0] != "linux":
         raise InputError(f"--platform {platform!r}: expected linux/arm64 or linux/amd64")
     return parts[0], normalize_arch(parts[1])
-
-
-def base_image(cann: str, soc: str, os_variant: str, python: str) -> str:
-    """The CANN base image tag, e.g. ``quay.io/ascend/cann:9.1.0-910b-openeuler24.03-py3.12``."""
-    return f"{CANN_IMAGE}:{cann}-{soc}-{os_variant}-py{python}"
 
 
 @dataclass(frozen=True)
@@ -100,8 +94,8 @@ class Target:
 
     @property
     def base_image(self) -> str:
-        v = self.versions
-        return base_image(str(v["cann"]), self.soc, self.os_variant, str(v["python"]))
+        """The CANN base image vllm-ascend's own Dockerfile uses for this stack, SoC and OS (the lock's)."""
+        return lock.base_image(self.stack, self.soc, self.os_variant)
 
     def build_args(self) -> dict[str, str]:
         """The Dockerfile's ARGs for this target, all from the lock."""

@@ -653,7 +653,23 @@ def _check_versions(settings: HostSettings, owned: Mapping[str, Any], add: AddFn
     pinned = lock.stack(stack_name)
     for variable, key in LOCKED_VERSIONS.items():
         value = getattr(settings, variable)
-        if value is not None and str(value) != str(pinned[key]):
+        if value is None or str(value) == str(pinned[key]):
+            continue
+        if key == "driver":
+            # The stack's CANN works with a range of HDK releases, not one: any driver of those lines.
+            if not lock.hdk_matches(str(value), pinned["hdk"]):
+                add(
+                    (variable,),
+                    value,
+                    f"stack {stack_name} (CANN {pinned['cann']}) works with Ascend HDK "
+                    f"{', '.join(pinned['hdk'])}; install a driver of those lines, change provision_stack, "
+                    "or set provision_allow_unlocked_versions: true to run an untested combination",
+                )
+        elif key == "firmware" and settings.ascend_driver_version not in (None, str(pinned["driver"])):
+            # A driver of another HDK release comes with that release's firmware: npu-smi's board info
+            # (Compatibility) judges the pair, the lock cannot.
+            continue
+        else:
             add(
                 (variable,),
                 value,

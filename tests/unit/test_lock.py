@@ -1,0 +1,153 @@
+"""The version lock with several releases: its entries, each one's HDK range, what validate makes of it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from provision.ascend import lock
+from provision.ascend.hardware import load_hardware
+from provision.image import spec
+from tests.helpers import GOOD_INI, load_module, run_cli, write_tree
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).parents[2]
+
+KEYS = {
+    "kind", "vllm", "vllm_ascend", "torch", "torch_npu", "triton_ascend", "cann", "nnal", "python", "hdk",
+    "driver", "firmware", "docker_runtime", "base_images", "sources",
+}  # fmt: skip
+
+
+def test_the_lock_holds_the_last_three_final_releases_and_the_newest_rc_oldest_first() -> None:
+    assert lock.stack_names() == ["0.13.0", "0.18.0", "0.23.0", "0.25.1rc1"]
+    assert [lock.stack(n)["kind"] for n in lock.stack_names()] == ["final", "final", "final", "rc"]
+    assert lock.default_stack_name() == "0.23.0"
+
+
+@pytest.mark.parametrize("name", lock.stack_names())
+def test_every_entry_is_complete_with_its_own_driver_inside_its_hdk_lines(name: str) -> None:
+    entry = lock.stack(name)
+    assert set(entry) >= KEYS, KEYS - set(entry)
+    assert entry["sources"], name
+    assert lock.hdk_matches(str(entry["driver"]), entry["hdk"]), (name, entry["driver"], entry["hdk"])
+    # vllm-ascend's release is its vllm's, an rc suffix aside
+    assert str(entry["vllm_ascend"]).startswith(str(entry["vllm"]))
+
+
+@pytest.mark.parametrize("name", lock.stack_names())
+def test_every_hardware_line_and_base_os_has_the_base_image_of_that_release(name: str) -> None:
+    entry = lock.stack(name)
+    for model in load_hardware().models.values():
+        for os_variant in spec.OS_VARIANTS:
+            image = lock.base_image(name, model.base_image_tag, os_variant)
+            assert image.startswith("quay.io/ascend/cann:"), image
+            assert f"-{model.base_image_tag}-{os_variant}-py{entry['python']}" in image, image
+
+
+def test_the_310p_base_of_the_rc_is_the_one_its_dockerfile_names_not_a_formula() -> None:
+    # v0.25.1rc1 builds A2/A3 on CANN 9.0.1 but 310P on 9.1.0-beta.1 (Dockerfile.310p at the tag).
+    a3 = lock.base_image("0.25.1rc1", "a3", "ubuntu22.04")
+    assert a3 == "quay.io/ascend/cann:9.0.1-a3-ubuntu22.04-py3.12"
+    assert (
+        lock.base_image("0.25.1rc1", "310p", "openeuler24.03")
+        == "quay.io/ascend/cann:9.1.0-beta.1-310p-openeuler24.03-py3.12"
+    )
+    older = spec.Target("0.18.0", "ubuntu22.04", "a3")
+    assert older.base_image == "quay.io/ascend/cann:8.5.1-a3-ubuntu22.04-py3.11"
+
+
+@pytest.mark.parametrize(
+    ("version", "lines", "expected"),
+    [
+        ("25.5.1", ["25.5.X"], True),
+        ("25.5.RC1", ["25.5.X"], True),
+        ("25.0.rc1.1", ["25.0.X"], True),
+        ("25.0.rc1.1", ["25.2.X", "25.5.X"], False),
+        ("26.0.RC1", ["26.0.RC1"], True),
+        ("26.0.rc1", ["26.0.RC1"], True),
+        ("26.0.1", ["26.0.RC1"], False),
+        ("26.1.0", ["26.1.0"], True),
+        ("26.1.1", ["26.1.0"], False),
+        ("25.5", ["25.5.X"], False),  # not a release of the line, a line
+        ("25.51.0", ["25.5.X"], False),
+    ],
+)
+def test_hdk_lines_are_matched_as_the_vendor_writes_them(
+    version: str, lines: list[str], expected: bool
+) -> None:
+    assert lock.hdk_matches(version, lines) is expected
+
+
+def test_a_driver_of_another_release_of_the_stacks_hdk_lines_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = {"inventory.ini": GOOD_INI, "group_vars/npu_nodes.yml": "ascend_driver_version: '25.3.1'\n"}
+    assert run_cli(["validate", str(write_tree(tmp_path, files))], monkeypatch) == 0, capsys.readouterr().err
+
+
+def test_a_driver_outside_the_stacks_hdk_lines_is_refused_naming_the_stack_and_its_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = {"inventory.ini": GOOD_INI, "host_vars/node2.yml": "ascend_driver_version: '25.0.rc1.1'\n"}
+    assert run_cli(["validate", str(write_tree(tmp_path, files))], monkeypatch) == 2
+    err = capsys.readouterr().err
+    for text in (
+        "host_vars/node2.yml:1",
+        "host node2",
+        "ascend_driver_version = '25.0.rc1.1'",
+        "stack 0.23.0 (CANN 9.1.0) works with Ascend HDK 25.2.X, 25.3.X, 25.5.X",
+        "provision_allow_unlocked_versions",
+    ):
+        assert text in err, (text, err)
+    assert "Traceback" not in err
+
+
+def test_the_same_driver_is_inside_an_older_stacks_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = {
+        "inventory.ini": GOOD_INI,
+        "group_vars/all.yml": "provision_stack: '0.18.0'\n",
+        "host_vars/node2.yml": "ascend_driver_version: '25.0.rc1.1'\n"
+        "ascend_driver_firmware_version: '7.7.0.1.231'\n",
+    }
+    assert run_cli(["validate", str(write_tree(tmp_path, files))], monkeypatch) == 0, capsys.readouterr().err
+
+
+def test_a_cann_of_another_stack_is_refused_naming_the_selected_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = {
+        "inventory.ini": GOOD_INI,
+        "group_vars/all.yml": "provision_stack: '0.18.0'\n",
+        "group_vars/npu_nodes.yml": "cann_version: '9.1.0'\n",
+    }
+    assert run_cli(["validate", str(write_tree(tmp_path, files))], monkeypatch) == 2
+    assert "stack 0.18.0 pins cann 8.5.1" in capsys.readouterr().err
+
+
+def test_the_roles_read_the_selected_stack() -> None:
+    filters = load_module("provision_filter_ascend", ROOT / "plugins/filter/ascend.py")
+    assert filters.ascend_locked_version("cann", "0.18.0") == "8.5.1"
+    assert filters.ascend_locked_version("torch_npu", "0.25.1rc1") == "2.10.0.post2"
+    assert filters.ascend_locked_version("cann", "") == "9.1.0"
+
+
+def test_version_stacks_lists_every_entry_and_marks_the_default(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(["version", "--stacks"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
+    assert list(lines) == lock.stack_names()
+    assert "(default)" in lines["0.23.0"] and "(default)" not in lines["0.18.0"]
+    assert "8.5.1" in lines["0.18.0"] and "2.9.0" in lines["0.18.0"]
+    assert " rc " in lines["0.25.1rc1"]
+
+    assert run_cli(["version", "--stacks", "--json"], monkeypatch) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["default"]) for r in rows] == [(n, n == "0.23.0") for n in lock.stack_names()]
+    assert rows[0]["hdk"] == ["25.0.X", "25.2.X", "25.3.X", "25.5.X"]
