@@ -34,6 +34,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from provision import paths
 from provision.ascend import lock
 from provision.errors import InputError
+from provision.image import spec as image_spec
 from provision.image.transfer import default_output
 from provision.inventory.load import Inventory, plain
 from provision.inventory.profiles import all_profiles
@@ -290,12 +291,10 @@ def serving_image(host_vars: Mapping[str, Any], stack: str, arch: str) -> str:
     if given:
         return str(given).strip()
     repository = role_value(host_vars, "vllm_serve_image_repository", "vllm_serve")
-    tag = _filters("vllm_serve").vllm_serve_image_tag(
-        stack,
-        arch,
-        role_value(host_vars, "vllm_serve_image_os", "vllm_serve"),
-        role_value(host_vars, "vllm_serve_image_soc", "vllm_serve"),
-    )
+    os_variant = role_value(host_vars, "vllm_serve_image_os", "vllm_serve") or image_spec.DEFAULT_OS
+    soc = role_value(host_vars, "vllm_serve_image_soc", "vllm_serve") or image_spec.DEFAULT_SOC
+    # The tag the role's vllm_serve_image_tag filter computes: both read the image spec.
+    tag = image_spec.Target(stack, os_variant=str(os_variant), soc=str(soc), arch=arch).tag
     return f"{repository}:{tag}"
 
 
