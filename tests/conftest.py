@@ -135,12 +135,14 @@ def _start_cluster(
     binds: Sequence[str] = (),
     mirror: bool = True,
     boot_timeout: float = BOOT_TIMEOUT_S,
+    model_list: str = "910B3",
 ) -> Cluster:
     """Bring up a cluster (removing a leftover of the same name first), or skip/fail with the reason.
 
     ``binds``: read-only mounts into every node (``SRC:DST``), e.g.
     ``provision_sim.serving.setup.engine_binds()``.
     ``mirror``: serve the local package mirror to the nodes. ``boot_timeout``: seconds until sshd answers.
+    ``model_list``: the simulated hardware of each node in turn (``provision sim up --model``).
     """
     require_sim_host()
     _remove_clusters_of_dead_sessions()
@@ -156,6 +158,7 @@ def _start_cluster(
             binds=binds,
             mirror=mirror,
             boot_timeout=boot_timeout,
+            model_list=model_list,
         )
     except EnvironmentProblem as exc:  # e.g. mmdebstrap missing to build the base
         reason = str(exc)
@@ -303,6 +306,7 @@ def _factory(request: pytest.FixtureRequest) -> ClusterFactory:
         binds: Sequence[str] = (),
         mirror: bool = True,
         boot_timeout: float = BOOT_TIMEOUT_S,
+        model_list: str = "910B3",
     ) -> Cluster:
         cluster = _start_cluster(
             cluster_name(purpose),
@@ -312,6 +316,7 @@ def _factory(request: pytest.FixtureRequest) -> ClusterFactory:
             binds=binds,
             mirror=mirror,
             boot_timeout=boot_timeout,
+            model_list=model_list,
         )
         _tear_down_at_end(request, cluster)
         return cluster

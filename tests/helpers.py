@@ -150,9 +150,33 @@ def installed_collection() -> Path:
 
 def plain_ansible_env() -> dict[str, str]:
     """The environment of a plain Ansible user: none of our ANSIBLE_* variables, the installed collection on
-    the collections path (run from the checkout, ansible-playbook reads its ansible.cfg)."""
+    the collections path (``plain_ansible_playbook`` moves it into the user's own ansible.cfg)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     return {**env, "ANSIBLE_COLLECTIONS_PATH": str(installed_collection()), "ANSIBLE_NOCOLOR": "1"}
+
+
+def plain_ansible_playbook(
+    inventory: Path, playbook: str, *args: str, home: Path, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """``ansible-playbook -i INVENTORY PLAYBOOK ARGS`` as a user who installed the collection runs it: from an
+    empty project directory outside the checkout (``home``/project) whose minimal ansible.cfg of their own
+    names only the collections path, with ``HOME`` = ``home`` (no ~/.ansible.cfg of whoever runs the tests)
+    and none of our ANSIBLE_* variables. Any exit code is returned."""
+    project = home / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    env = plain_ansible_env()
+    collections = env.pop("ANSIBLE_COLLECTIONS_PATH")
+    (project / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {collections}\n")
+    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory), playbook, *args]
+    return subprocess.run(
+        argv,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**env, "HOME": str(home)},
+        timeout=timeout,
+        check=False,
+    )
 
 
 def complete(

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from provision.ascend.facts import PROBE_SCRIPT, SECTION_FUNCTION, facts_from_probe, sections
@@ -98,8 +99,9 @@ class ActionModule(ActionBase):
     def run(self, tmp: str | None = None, task_vars: Mapping[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = self._task.args
-        npus = bool(args.get("npus", True))
-        board = bool(args.get("board", False))
+        # Ansible's own reading of a boolean: a templated "{{ ... }}" may arrive as the string "False".
+        npus = boolean(args.get("npus", True), strict=False)
+        board = boolean(args.get("board", False), strict=False)
         paths = args.get("disk_paths") or ["/"]
         local_facts = args.get("local_facts") or []
         stat_paths = [p for p in args.get("stat_paths") or [] if p]

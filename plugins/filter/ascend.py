@@ -29,6 +29,9 @@ DEFAULT_BASE = "/usr/local/Ascend"
 DKMS_TREE = "/var/lib/dkms/davinci_ascend"
 FIRMWARE_OK_RCS = (0, 2)  # 0: installed, the same version already flashed; 2: installed, reboot needed
 DRIVER_NOT_LOADED = "-8020"  # `dcmi module initialize failed. ret is -8020`: no driver loaded since boot
+# /etc/ascend_install.info's Driver_Install_Status once the driver installer finished: its install.sh
+# (statusUpdate) writes it last; without it npu-smi info warns the driver "may not be completely installed"
+INSTALL_COMPLETE = "complete"
 REPOS_HINT = "run playbooks/repos.yml (role openeuler_repos) or install them from your OS mirror"
 
 
@@ -224,6 +227,17 @@ def _needed(installed: str | None, loaded: str | None, recorded: str | None, wan
     return installed != wanted or (recorded != wanted and loaded != wanted)
 
 
+def _driver_incomplete(state: Mapping[str, Any], driver: str) -> bool:
+    """Whether the wanted ``driver`` is on disk from an install that did not finish and provision did not
+    record (see :func:`ascend_driver_steps`)."""
+    return (
+        "driver_install_status" in state
+        and state.get("installed_driver") == driver
+        and state.get("driver_install_status") != INSTALL_COMPLETE
+        and state.get("recorded_driver") != driver
+    )
+
+
 def ascend_driver_steps(
     state: Mapping[str, Any],
     driver: str,
@@ -240,14 +254,22 @@ def ascend_driver_steps(
 
     ``state`` keys (``None`` when unknown): ``installed_driver``/``installed_firmware`` (``version.info``),
     ``loaded_driver``/``flashed_firmware`` (``npu-smi info -t board``), ``recorded_driver``/
-    ``recorded_firmware`` (provision's local fact). Fresh install (no driver on disk): driver then
+    ``recorded_firmware`` (provision's local fact), ``driver_install_status`` (``Driver_Install_Status`` of
+    ``/etc/ascend_install.info``; when the key is given). Fresh install (no driver on disk): driver then
     firmware. Otherwise (upgrade, or overwrite of a broken install): firmware then driver. Each step:
     ``component, version, file, flags, action (install|upgrade|overwrite), ok_rcs``.
+
+    A driver install cut short (a power loss, a killed installer) is overwritten even when its
+    ``version.info`` already says ``driver`` and the driver loads: the installer copies ``version.info``
+    near its end and writes ``Driver_Install_Status=complete`` last, and npu-smi itself warns "The driver
+    package may not be completely installed ... Please reinstall it" without it. A driver provision recorded
+    is trusted as before (a driver package that never writes the status is not reinstalled on every run).
     """
     files = ascend_driver_files(driver, firmware, arch=arch, chip=chip)
     d_installed = state.get("installed_driver")
     f_installed = state.get("installed_firmware")
     need_driver = _needed(d_installed, state.get("loaded_driver"), state.get("recorded_driver"), driver)
+    need_driver = need_driver or _driver_incomplete(state, driver)
     need_firmware = _needed(
         f_installed, state.get("flashed_firmware"), state.get("recorded_firmware"), firmware
     )

@@ -52,9 +52,12 @@ ansible_facts:
   contains:
     ascend_npus:
       description: count (NPU chips on the PCI bus, 16 on an Atlas A3), model (chip family, e.g. 910B,
-        910_93), hardware_model (a2, a3, 300i-duo or null), pci_device_ids, bus_ids, npu_smi (path or null),
-        npu_smi_error, driver_version, firmware_version, driver_install_path, health (chip logic id, the
-        /dev/davinciN index, -> Health column; the NPU id where an NPU has one chip),
+        910_93), hardware_model (a2, a3, 300i-duo or null), line (the NPU line of the vendor's file
+        and image names, 910b, a3, 310p or null), pci_device_ids, bus_ids, npu_smi (path or null),
+        npu_smi_error, driver_version, firmware_version, driver_install_path, driver_install_status
+        (C(Driver_Install_Status) of /etc/ascend_install.info, C(complete) once the driver installer
+        finished, else null), health (chip logic id, the /dev/davinciN index, -> Health column; the NPU id
+        where an NPU has one chip),
         all_healthy (null without npu-smi), chips (per chip id, name, health, bus_id, power_w, temp_c,
         hbm_used_mb, hbm_total_mb, aicore_pct, processes).
       type: dict

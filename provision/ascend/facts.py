@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provision.ascend.hardware import model as hardware_model
 from provision.ascend.hardware import model_for_pci_id
 from provision.ascend.npu_smi import ParseError, dcmi_error_code, parse_npu_smi_info
 from provision.ascend.pci import ascend_devices, ascend_model, parse_lspci
@@ -96,6 +97,8 @@ def facts_from_probe(text: str) -> dict[str, Any]:
         "count": len(devices),
         "model": models[0] if len(models) == 1 else (", ".join(models) or None),
         "hardware_model": servers[0] if len(servers) == 1 else None,
+        # the NPU line the vendor's file and image names use (910b, a3, 310p): the roles' default
+        "line": hardware_model(servers[0]).base_image_tag if len(servers) == 1 else None,
         "pci_device_ids": sorted({f"0x{d.device_id:04x}" for d in devices if d.device_id is not None}),
         "bus_ids": [d.bus_id for d in devices],
         "npu_smi": None,
@@ -103,6 +106,8 @@ def facts_from_probe(text: str) -> dict[str, Any]:
         "driver_version": None,
         "firmware_version": None,
         "driver_install_path": None,
+        # Driver_Install_Status of /etc/ascend_install.info: the driver installer writes "complete" last
+        "driver_install_status": None,
         "health": {},
         "all_healthy": None,
         "chips": [],
@@ -116,7 +121,9 @@ def facts_from_probe(text: str) -> dict[str, Any]:
         elif label == "file /usr/local/Ascend/firmware/version.info":
             npus["firmware_version"] = parse_key_equals(body).get("Version")
         elif label == "file /etc/ascend_install.info":
-            npus["driver_install_path"] = parse_ascend_install_info(body).driver_install_path
+            install_info = parse_ascend_install_info(body)
+            npus["driver_install_path"] = install_info.driver_install_path
+            npus["driver_install_status"] = install_info.driver_install_status
     return {"ascend_npus": npus, "ascend_disk_free_mb": _disk(sections.get("df", ""))}
 
 

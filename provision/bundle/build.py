@@ -24,7 +24,7 @@ import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from provision import __version__
 from provision.bundle import manifest as mf
@@ -108,17 +108,24 @@ def resolve(plan: Plan, sources: Sources) -> tuple[list[Item], list[str]]:
     items: dict[str, Item] = {}
     skipped: list[str] = []
     images = _image_candidates(sources, problems)
+    # "one of" groups (a vendor file per NPU line): what each group found, and what it did not
+    groups: dict[str, list[tuple[Need, list[str]]]] = {}
     for path, need in plan.unique().items():
         item: Item | None
         if need.kind == "os-repo":
             for tree_item in _os_repo(need, sources.mirror, problems):
                 items.setdefault(tree_item.path, tree_item)
         elif need.kind in ("run-file", "exporter"):
+            own: list[str] = []
             item = _checked_file(
-                need, [sources.run_files, _sub(sources.mirror, "ascend")], problems, "--run-files"
+                need, [sources.run_files, _sub(sources.mirror, "ascend")], own, "--run-files"
             )
             if item is not None:
                 items[path] = item
+            if need.one_of:
+                groups.setdefault(need.one_of, []).append((need, own))
+            else:
+                problems += own
         elif need.kind == "image":
             item = _image(need, images, problems)
             if item is not None:
@@ -134,6 +141,21 @@ def resolve(plan: Plan, sources: Sources) -> tuple[list[Item], list[str]]:
                 # Weights are optional: a site may keep them on another server (model_url) or on the nodes.
                 problems.pop()
                 skipped.append(f"{need.path} ({need.why}): not found in --weights or the mirror's models/")
+    for group, members in groups.items():
+        absent = [need.path for need, own in members if own and own[0].startswith(f"{need.path}: not found")]
+        problems += [problem for need, own in members if need.path not in absent for problem in own]
+        if len(absent) == len(members):
+            names = ", ".join(PurePosixPath(path).name for path in absent)
+            problems.append(
+                f"{group}: none of {names} found in --run-files or the mirror's ascend/ (one per NPU line: "
+                "set ascend_driver_chip / cann_chip in the inventory to need only your line's)"
+            )
+        elif absent:
+            have = [PurePosixPath(need.path).name for need, _own in members if need.path not in absent]
+            skipped.append(
+                f"{group} of the other NPU lines: {', '.join(PurePosixPath(p).name for p in absent)} "
+                f"(the bundle has {', '.join(have)})"
+            )
     needed = {normalize_ref(need.version) for need in plan.unique().values() if need.kind == "image"}
     given = {ref for ref, (_tar, how) in images.items() if how in sources.images}
     for name in sorted(given - needed):

@@ -33,6 +33,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 from provision import paths
 from provision.ascend import lock
+from provision.ascend.hardware import load_hardware
 from provision.errors import InputError
 from provision.image import spec as image_spec
 from provision.image.transfer import default_output
@@ -71,6 +72,9 @@ class Need:
     pinned_in: str = ""
     marker: str = ""
     deb_arch: str = ""
+    # Needs with the same group: the node fetches one of them (the vendor file of its own NPU line, which
+    # the inventory leaves to the node's PCI bus).
+    one_of: str = ""
 
 
 @dataclass(slots=True)
@@ -238,28 +242,39 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
     driver = str(role_value(host_vars, "ascend_driver_version", "ascend_driver") or locked["driver"])
     firmware = role_value(host_vars, "ascend_driver_firmware_version", "ascend_driver")
     firmware = str(firmware or locked["firmware"])
-    chip = str(role_value(host_vars, "ascend_driver_chip", "ascend_driver"))
-    files = ascend.ascend_driver_files(driver, firmware, arch=arch, chip=chip)
     pinned = "ascend_driver_checksums"
-    wanted = [
-        (files["driver"], f"NPU driver {driver}", driver, pinned),
-        (files["firmware"], f"NPU firmware {firmware}", firmware, pinned),
-    ]
+    # (file, why, version, pin variable, NPU line): per line where the inventory leaves the line to the node
+    per_line: list[tuple[str, str, str, str, str]] = []
+    for chip in _lines(host_vars, "ascend_driver_chip", "ascend_driver"):
+        files = ascend.ascend_driver_files(driver, firmware, arch=arch, chip=chip)
+        per_line += [
+            (files["driver"], f"NPU driver {driver}", driver, pinned, chip),
+            (files["firmware"], f"NPU firmware {firmware}", firmware, pinned, chip),
+        ]
     cann = str(role_value(host_vars, "cann_version", "cann") or locked["cann"])
     nnal = str(role_value(host_vars, "cann_nnal_version", "cann") or locked["nnal"])
     # The steps of a node with nothing installed: every package the role can install.
-    for step in ascend.ascend_cann_steps(
-        {},
-        None,
-        cann,
-        nnal,
-        arch=arch,
-        chip=str(role_value(host_vars, "cann_chip", "cann")),
-        nnal=_flag(host_vars, "cann_install_nnal", "cann"),
-    ):
-        wanted.append(
-            (step["file"], f"CANN {step['component']} {step['version']}", step["version"], "cann_checksums")
-        )
+    for chip in _lines(host_vars, "cann_chip", "cann"):
+        for step in ascend.ascend_cann_steps(
+            {},
+            None,
+            cann,
+            nnal,
+            arch=arch,
+            chip=chip,
+            nnal=_flag(host_vars, "cann_install_nnal", "cann"),
+        ):
+            why = f"CANN {step['component']} {step['version']}"
+            per_line.append((step["file"], why, step["version"], "cann_checksums", chip))
+    wanted: list[tuple[str, str, str, str]] = []
+    alternatives: dict[str, str] = {}  # file -> the "one of" group it belongs to
+    for why in dict.fromkeys(item[1] for item in per_line):
+        names = list(dict.fromkeys(item[0] for item in per_line if item[1] == why))
+        first = next(item for item in per_line if item[1] == why)
+        for name in names:
+            wanted.append((name, why, first[2], first[3]))
+            if len(names) > 1:  # a file per NPU line: the node fetches the one of its own line
+                alternatives[name] = f"{why} ({arch})"
     runtime = str(
         role_value(host_vars, "container_runtime_version", "container_runtime") or locked["docker_runtime"]
     )
@@ -276,8 +291,27 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
     for name, why, version, variable in wanted:
         pins = plain(host_vars.get(variable)) or {}
         sha = str(pins[name]).lower() if isinstance(pins, Mapping) and name in pins else None
-        needs.append(Need(f"ascend/{name}", "run-file", version, why, sha, variable if sha else ""))
+        needs.append(
+            Need(
+                f"ascend/{name}",
+                "run-file",
+                version,
+                why,
+                sha,
+                variable if sha else "",
+                one_of=alternatives.get(name, ""),
+            )
+        )
     return needs
+
+
+def _lines(host_vars: Mapping[str, Any], name: str, role: str) -> list[str]:
+    """The NPU line(s) whose vendor files a node needs: the inventory's, else every line provision knows
+    (the role's default is the line the node shows on its PCI bus, and no host is contacted here)."""
+    given = role_value(host_vars, name, role)
+    if given:
+        return [str(given)]
+    return [model.base_image_tag for model in load_hardware().models.values()]
 
 
 def _pools(host_vars: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -380,12 +414,13 @@ def missing(plan_: Plan, present: Sequence[str]) -> dict[str, list[Need]]:
     files = set(present)
     gaps: dict[str, list[Need]] = {}
     for node in plan_.nodes:
+        had = {need.one_of for need in node.needs if need.one_of and need.path in files}
         for need in node.needs:
             if need.kind == "os-repo":
                 pattern = f"{need.path}/{need.marker}"
                 found = any(fnmatch.fnmatchcase(path, pattern) for path in files)
             else:
-                found = need.path in files
+                found = need.path in files or need.one_of in had
             if not found:
                 gaps.setdefault(node.host, []).append(need)
     return gaps

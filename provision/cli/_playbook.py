@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -151,6 +152,10 @@ def report(result: RunResult, out: Console, inventory: Path | None = None) -> No
     if failed_hosts:
         verdict += f" ({len(failed_hosts)} host(s): {', '.join(failed_hosts)})"
     out.line(f"{verdict}; run directory: {result.run_dir}")
+    if failed_hosts and inventory is not None:
+        # doctor names the known causes (a node down, DKMS residue, a full disk...) and their fixes
+        doctor = f"provision doctor {shlex.quote(str(inventory))} --limit {','.join(failed_hosts)}"
+        out.line(f"what is wrong there and how to fix it: {doctor}")
 
 
 def records(result: RunResult, out: Console) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from provision.ascend import lock, parse_install_log, parse_npu_smi_board, parse_npu_smi_info
+from provision.ascend.hardware import model_for_line
 from provision.paths import ansible_root
 from provision.runner.run import ansible_env
 from provision_sim import hardware
@@ -80,11 +81,14 @@ def version_info(cluster: Cluster, node: str, what: str) -> str | None:
     return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line).get("Version")
 
 
-def assert_driver_running(cluster: Cluster, node: str, driver: str, firmware: str, npus: int) -> None:
-    """npu-smi sees every NPU healthy at ``driver``, the chips run ``firmware``, the device nodes exist."""
+def assert_driver_running(
+    cluster: Cluster, node: str, driver: str, firmware: str, npus: int, chips_per_npu: int = 1
+) -> None:
+    """npu-smi sees every NPU healthy at ``driver``, the chips run ``firmware``, the device nodes exist
+    (``npus``: chips, one /dev/davinciN each; an Atlas A3 NPU has two)."""
     info = parse_npu_smi_info(sh(cluster, node, "npu-smi info"))
     assert info.driver_version == driver, node
-    assert len(info.npu_ids) == npus, node
+    assert len(info.npu_ids) == npus // chips_per_npu, node
     assert info.all_healthy, f"{node}: {[(n.id, n.health) for n in info.npus]}"
     board = parse_npu_smi_board(sh(cluster, node, "npu-smi info -t board -i 0"))
     assert (board.software_version, board.firmware_version, board.compatible) == (driver, firmware, True)
@@ -122,15 +126,27 @@ def when(value: str) -> datetime:
 def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
     sim_cluster_factory: ClusterFactory, tmp_path: Path
 ) -> None:
+    """An Atlas A2 node and an Atlas A3 node: each fetches its own line's driver and firmware (the role
+    reads the line from the node's PCI bus), installs driver then firmware, reboots once, passes the gate."""
     npus = 8
-    cluster = sim_cluster_factory("drv-new", nodes=2, os_list="openeuler-24.03,ubuntu-22.04", npus=npus)
+    cluster = sim_cluster_factory(
+        "drv-new", nodes=2, os_list="openeuler-24.03,ubuntu-22.04", npus=npus, model_list="910B3,910_93"
+    )
     inv = inventory(cluster, tmp_path)
     names = [node.name for node in cluster.nodes]
     driver, firmware = str(LOCKED["driver"]), str(LOCKED["firmware"])
     arch = sh(cluster, names[0], "uname -m").strip()
-    files = [
-        f"Ascend-hdk-910b-npu-driver_{driver}_linux-{arch}.run",
-        f"Ascend-hdk-910b-npu-firmware_{firmware}.run",
+    lines = dict(zip(names, ("910b", "a3"), strict=True))
+    chips_per_npu = dict(zip(names, (1, 2), strict=True))
+    models = {name: model_for_line(line) for name, line in lines.items()}
+    files = {
+        name: [model.driver_file(driver, arch), model.firmware_file(firmware)]
+        for name, model in models.items()
+        if model is not None
+    }
+    assert files[names[1]] == [
+        f"Atlas-A3-hdk-npu-driver_{driver}_linux-{arch}.run",
+        f"Atlas-A3-hdk-npu-firmware_{firmware}.run",
     ]
 
     repos = provision("apply", inv, "repos")
@@ -144,9 +160,9 @@ def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
     for name in names:
         changes = plan.tasks(name)
         downloads = [c for c in changes if c.startswith("ascend_driver : Would download ")]
-        assert downloads == [f"ascend_driver : Would download {file}" for file in files], changes
+        assert downloads == [f"ascend_driver : Would download {file}" for file in files[name]], changes
         runs = [c for c in changes if c.startswith("ascend_driver : Would run ")]
-        assert runs == [f"ascend_driver : Would run {file}" for file in files], changes
+        assert runs == [f"ascend_driver : Would run {file}" for file in files[name]], changes
         assert REBOOT in changes
         assert not exists(cluster, name, "/usr/local/Ascend")
         assert not exists(cluster, name, "/var/cache/provision/ascend")
@@ -160,7 +176,7 @@ def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
     assert set(apply.events(POST_GATE)) == set(names)
     for name in names:
         assert boot_id(cluster, name) != before_ids[name]
-        assert_driver_running(cluster, name, driver, firmware, npus)
+        assert_driver_running(cluster, name, driver, firmware, npus, chips_per_npu[name])
         installed = log_order(
             cluster, name, "[Driver] Driver package installed", "[Firmware] Firmware package installed"
         )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from provision.inventory.validate import check
 from provision.paths import ansible_root
 from provision_sim.cluster import Cluster
 from provision_sim.mirror import repos
-from tests.helpers import gnupg_home, plain_ansible_env, provision_ok, sh
+from tests.helpers import gnupg_home, plain_ansible_playbook, provision_ok, sh
 
 ROLE = ansible_root() / "roles" / "openeuler_repos"
 TIMEOUT_S = 600
@@ -245,23 +244,8 @@ def test_plain_ansible_playbook_then_plan_other_settings(sim_cluster: Cluster, t
     user's own minimal ansible.cfg (the collection installed with ansible-galaxy, found through it),
     converges the nodes; then a plan with an unsigned mirror and no kernel hold shows those diffs and changes
     nothing."""
-    project = tmp_path / "project"
-    project.mkdir()
-    env = plain_ansible_env()
-    collections = env.pop("ANSIBLE_COLLECTIONS_PATH")
-    (project / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {collections}\n")
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("ansible-playbook")),
-            "-i",
-            str(sim_cluster.inventory_path),
-            "provision.ascend.repos",
-        ],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env={**env, "HOME": str(tmp_path)},  # no ~/.ansible.cfg of whoever runs the tests
-        timeout=600,
+    done = plain_ansible_playbook(
+        sim_cluster.inventory_path, "provision.ascend.repos", home=tmp_path, timeout=600
     )
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
     recap = done.stdout[done.stdout.index("PLAY RECAP") :]

@@ -14,9 +14,11 @@ Where each "Done when" item of #4 is tested
   the lock; firmware-then-driver in each node's install log; ``ascend_driver_serial=1``: each node's reboot
   and post-reboot gate end before the next node reboots; CANN moved to the >= 8.5 layout; re-apply 0
   changed) and test_cann.py::test_both_layouts_then_upgrade (CANN ``--upgrade`` over the <= 8.3 layout).
-* Plain ``ansible-playbook -i inventory.ini playbooks/site.yml``: HERE,
+* Plain ``ansible-playbook -i inventory.ini provision.ascend.site``: HERE,
   ``test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_converges_the_healthy_one``
-  (a fresh node converged through the whole site.yml, then a second run changes nothing). Stage playbooks
+  (from an empty project directory outside the checkout with the user's own minimal ansible.cfg, the
+  collection installed with ansible-galaxy: a fresh node converged through the whole site.yml, then a
+  second run changes nothing). Stage playbooks
   alone: test_repos.py::test_plain_ansible_playbook_then_plan_other_settings (repos.yml), the
   test_driver.py upgrade test (driver.yml + cann.yml).
 * A checksum mismatch, an unhealthy NPU, a missing prerequisite stop their node before any change, with
@@ -24,13 +26,20 @@ Where each "Done when" item of #4 is tested
   one); driver.yml alone, with the DKMS-residue fix and the force past the gate:
   test_driver.py::test_checksum_health_and_prerequisite_failures_stop_only_their_node.
 * The benchmark: benchmarks/converge.py (a script, not a test).
+
+The power drill (``provision doctor``'s last "Done when"): the first apply of the mixed cluster is also a
+power loss. node3 loses power (``sim power off --hard``) while its driver .run is in its 40 % stage; that
+apply names it unreachable and converges node1 and node2; the power back, the next apply installs the
+half-done driver again and converges node3, and ``provision doctor --limit node3`` says OK:
+``test_a_node_losing_power_in_its_driver_install_is_unreachable_then_converged_and_doctor_says_ok``. The
+tests of "the first apply" read, for node3, the apply after its power came back (``Site.converging``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,19 +57,20 @@ from provision.ascend import (
     parse_npu_smi_board,
     parse_npu_smi_info,
 )
-from provision.paths import ansible_root
-from provision_sim import hardware
+from provision_sim import faults, hardware
 from provision_sim.cluster import Cluster
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.setup import engine_binds, engine_profile_vars
 from tests.helpers import (
+    PROVISION,
     Run,
     cluster_vars,
     complete,
     copy_inventory,
     host_vars,
-    plain_ansible_env,
+    plain_ansible_playbook,
     provision,
+    provision_cli,
     sh,
 )
 
@@ -97,6 +107,13 @@ CREATED_BY_APPLY = (
     "/var/cache/provision",
     "/dev/davinci0",
 )
+# The power drill of the first apply: DRILL_NODE loses power while its driver .run is in its 40 % stage
+# (DKMS module built, libraries copied; no npu-smi, no version.info yet), each stage slowed to STAGE_S.
+DRILL_NODE = "node3"
+STAGE_S = 20
+INSTALL_LOG = "/var/log/ascend_seclog/ascend_install.log"
+DRIVER_RUN_TASK = "ascend_driver : Run "
+NO_RECORD = ["no record of a converged apply on this node"]
 DRILL_OLD: dict[str, Any] = {
     "ascend_driver_version": "25.0.rc1.1",
     "ascend_driver_firmware_version": "7.7.0.1.231",
@@ -169,22 +186,12 @@ def _find_all(text: str, needle: str) -> Iterator[int]:
         position = text.find(needle, position + 1)
 
 
-def ansible_playbook(inventory: Path, *args: str) -> PlainRun:
-    """``ansible-playbook -i INVENTORY provision.ascend.site`` from the checkout (its ansible.cfg), the
-    collection installed with ansible-galaxy, no provision CLI and no ANSIBLE_* variables of ours: what the
-    README tells plain Ansible users to run."""
-    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory)]
-    argv += ["provision.ascend.site", *args]
+def ansible_playbook(inventory: Path, *args: str, home: Path) -> PlainRun:
+    """``ansible-playbook -i INVENTORY provision.ascend.site`` as a user who installed the collection with
+    ansible-galaxy runs it: from an empty project directory outside the checkout with their own minimal
+    ansible.cfg (``plain_ansible_playbook``), no provision CLI and no ANSIBLE_* variables of ours."""
     started = time.monotonic()
-    done = subprocess.run(
-        argv,
-        cwd=ansible_root(),
-        capture_output=True,
-        text=True,
-        env=plain_ansible_env(),
-        timeout=900,
-        check=False,
-    )
+    done = plain_ansible_playbook(inventory, "provision.ascend.site", *args, home=home)
     return PlainRun(done.returncode, done.stdout + done.stderr, time.monotonic() - started)
 
 
@@ -235,6 +242,10 @@ class Site:
     boots_after: dict[str, int] = field(default_factory=dict)
     plan: Run | None = None
     first: Run | None = None
+    lost_power_after_s: float | None = None
+    cut_short: str = ""
+    recovered: Run | None = None
+    doctor: subprocess.CompletedProcess[str] | None = None
     again: Run | None = None
     verified: Run | None = None
 
@@ -249,10 +260,21 @@ class Site:
         return sh(self.cluster, node, script)
 
     def converged(self) -> tuple[Run, Run]:
-        """The first and the second apply; fails the calling test when the first one failed."""
-        assert self.first is not None and self.again is not None
-        assert self.first.rc == 0, self.first.explain()
+        """The first apply (DRILL_NODE lost power in it, the others converged) and the second (--full);
+        fails the calling test unless the first converged the others and the apply after the power came
+        back converged DRILL_NODE."""
+        assert self.first is not None and self.recovered is not None and self.again is not None
+        healthy = [h for h, s in self.first.summary["hosts"].items() if s["failed"] == s["unreachable"] == 0]
+        assert sorted(healthy) == [n for n in self.names if n != DRILL_NODE], self.first.explain()
+        assert self.recovered.rc == 0, self.recovered.explain()
         return self.first, self.again
+
+    def converging(self, node: str) -> Run:
+        """The apply whose site.yml converged ``node`` from fresh: the first, or for DRILL_NODE the one after
+        its power came back."""
+        run = self.recovered if node == DRILL_NODE else self.first
+        assert run is not None
+        return run
 
     def planned(self) -> Run:
         assert self.plan is not None
@@ -275,7 +297,8 @@ def serving_settings() -> dict[str, Any]:
 def site(
     sim_host: None, sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
 ) -> Site:
-    """The mixed cluster: plan, apply, apply again (site.yml, ``provision --json``), timed and recorded."""
+    """The mixed cluster: plan, apply (DRILL_NODE loses power in it), apply once its power is back, doctor on
+    it, apply again with --full, apply (verified); site.yml, ``provision --json``, timed and recorded."""
     engine.prepare()  # cached: instant after the first time
     started = time.monotonic()
     cluster = sim_cluster_module_factory("site", nodes=3, os_list=SITE_OS, npus=NPUS, binds=engine_binds())
@@ -289,17 +312,82 @@ def site(
     state.before_plan, state.boots_before = untouched_state(cluster), cluster.boots()
     state.plan = provision("plan", inventory)
     state.after_plan, state.boots_after_plan = untouched_state(cluster), cluster.boots()
-    state.first = provision("apply", inventory)
+    # The first apply is also the power drill: DRILL_NODE loses power in the middle of its driver install.
+    drill = cluster.node(DRILL_NODE)
+    faults.plant(drill, {"installer_slow": {"driver": STAGE_S}})
+    state.first, state.lost_power_after_s = apply_losing_power(cluster, inventory, DRILL_NODE)
+    faults.clear(drill, ["installer_slow"])
+    cluster.power(DRILL_NODE, "on")
+    state.cut_short = what_the_cut_left(cluster, DRILL_NODE)
+    state.recovered = provision("apply", inventory)  # converges DRILL_NODE, verifies the others
+    state.doctor = provision_cli(
+        "doctor", str(inventory), "--limit", DRILL_NODE, runs=inventory.parent / "runs"
+    )
     # --full: every node runs all of site.yml again, the roles' own idempotence (no record skips a node).
     state.again = provision("apply", inventory, "--full")
     state.verified = provision("apply", inventory)  # every node as its record says: site.yml runs nowhere
     state.boots_after = cluster.boots()
     print(
         f"\nsite: sim up {up_s:.1f} s, plan {state.plan.seconds:.1f} s,"
-        f" first apply {state.first.seconds:.1f} s, second apply (--full) {state.again.seconds:.1f} s,"
+        f" first apply {state.first.seconds:.1f} s ({DRILL_NODE} lost power {state.lost_power_after_s:.1f} s"
+        f" into it), apply after power on {state.recovered.seconds:.1f} s,"
+        f" second apply (--full) {state.again.seconds:.1f} s,"
         f" third apply (verified) {state.verified.seconds:.1f} s"
     )
     return state
+
+
+def apply_losing_power(cluster: Cluster, inventory: Path, node: str) -> tuple[Run, float]:
+    """``provision apply INVENTORY --json`` during which ``node`` loses power (``provision sim power NODE
+    off --hard``) once its driver installer runs, in its 40 % stage; the run, and how far into it that was."""
+    runs = inventory.parent / "runs"
+    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(runs)}
+    out, err = inventory.parent / "drill.stdout", inventory.parent / "drill.stderr"
+    # its log at 40 % and the installer's process alive (python3 -m ascendsim install PACKAGE FLAGS; the
+    # brackets keep this probe's own command line out)
+    probe = (
+        f"grep -qs 'upgradePercentage:40%' {INSTALL_LOG} && for p in /proc/[0-9]*;"
+        " do { tr '\\0' ' ' < $p/cmdline; } 2>/dev/null; echo; done | grep -q 'ascends[i]m install'"
+    )
+    started = time.monotonic()
+    with out.open("w") as stdout, err.open("w") as stderr:
+        apply = subprocess.Popen(
+            [*PROVISION, "apply", str(inventory), "--json"], stdout=stdout, stderr=stderr, text=True, env=env
+        )
+        try:
+            while cluster.exec(node, ["sh", "-c", probe], timeout=30).returncode != 0:
+                if apply.poll() is not None or time.monotonic() - started > 1200:
+                    pytest.fail(
+                        f"{node}'s driver installer never reached its 40 % stage (apply rc {apply.poll()}):\n"
+                        + err.read_text()[-3000:]
+                    )
+                time.sleep(1)
+            lost = time.monotonic() - started
+            cluster.power(node, "off", hard=True)
+            apply.wait(timeout=1800)
+        finally:
+            if apply.poll() is None:
+                apply.kill()
+                apply.wait()
+    try:
+        summary = json.loads(out.read_text())
+    except ValueError:
+        pytest.fail(f"provision apply printed no JSON (rc {apply.returncode}):\n{err.read_text()[-5000:]}")
+    return Run(apply.returncode, summary, err.read_text(), time.monotonic() - started), lost
+
+
+def what_the_cut_left(cluster: Cluster, node: str) -> str:
+    """What a half-done driver install left on ``node`` (read once its power is back)."""
+    return sh(
+        cluster,
+        node,
+        "test -d /usr/local/Ascend/driver/lib64 && echo driver files present;"
+        " test -e /usr/local/Ascend/driver/version.info && echo version.info present || echo no version.info;"
+        " grep -h '^Driver_Install_Status=' /etc/ascend_install.info 2>/dev/null"
+        " || echo no Driver_Install_Status;"
+        f" grep -o 'upgradePercentage:[0-9]*%' {INSTALL_LOG} | tail -n 1;"
+        f" grep -c 'Driver package installed successfully' {INSTALL_LOG} || true",
+    )
 
 
 # -- plan ----------------------------------------------------------------------------------------------------
@@ -370,18 +458,75 @@ def test_plan_names_the_packages_it_would_install(site: Site) -> None:
 
 def test_apply_converges_every_host_then_a_second_apply_changes_nothing(site: Site) -> None:
     first, again = site.converged()
-    assert all(stats["changed"] > 0 and stats["failed"] == 0 for stats in first.summary["hosts"].values())
+    for name in site.names:  # DRILL_NODE: converged by the apply after its power came back
+        stats = site.converging(name).summary["hosts"][name]
+        assert stats["changed"] > 0 and stats["failed"] == stats["unreachable"] == 0, (name, stats)
     assert sorted(first.summary["hosts"]) == site.names
     assert again.rc == 0, again.explain()
     assert again.changed() == dict.fromkeys(site.names, 0), again.summary["changes"]
-    # Driver and firmware together cost one reboot per node; the second apply reboots nothing.
-    assert site.boots_after == {name: count + 1 for name, count in site.boots_before.items()}
+    # Driver and firmware together cost one reboot per node (DRILL_NODE: and its boot when the power came
+    # back); the second apply reboots nothing.
+    assert site.boots_after == {
+        name: count + (2 if name == DRILL_NODE else 1) for name, count in site.boots_before.items()
+    }
     # Both applies ran site.yml on every node and recorded it: the first found no record, the second --full.
-    missing = ["no record of a converged apply on this node"]
-    assert first.summary["drift"] == {name: missing for name in site.names}
-    assert first.summary["recorded"] == again.summary["recorded"] == site.names
+    assert first.summary["drift"] == {name: NO_RECORD for name in site.names}
+    assert first.summary["recorded"] == [name for name in site.names if name != DRILL_NODE]
+    assert again.summary["recorded"] == site.names
     assert again.summary["verified"] == again.summary["drift"] == {}
     print(f"\nsite.yml on 3 nodes: first apply {first.seconds:.1f} s, second (no-op) {again.seconds:.1f} s")
+
+
+def test_a_node_losing_power_in_its_driver_install_is_unreachable_then_converged_and_doctor_says_ok(
+    site: Site,
+) -> None:
+    """DRILL_NODE loses power (``sim power off --hard``) while its driver .run is in its 40 % stage: that
+    apply names it unreachable and converges the other two (records, endpoint). The power back, the node
+    holds a half-done install (driver files, no version.info, no Driver_Install_Status); the next apply
+    installs the driver again and converges it (the others verified), and doctor says it is OK."""
+    first, recovered = site.first, site.recovered
+    assert first is not None and recovered is not None and site.lost_power_after_s is not None
+    others = [name for name in site.names if name != DRILL_NODE]
+    assert first.rc == 1, first.explain()
+    stats = first.summary["hosts"]
+    assert stats[DRILL_NODE]["unreachable"] == 1 and stats[DRILL_NODE]["failed"] == 0, stats
+    assert all(stats[name]["failed"] == stats[name]["unreachable"] == 0 for name in others), stats
+    (lost,) = [f for f in first.summary["failures"] if f["host"] == DRILL_NODE]
+    driver_run = f"{DRIVER_RUN_TASK}Ascend-hdk-910b-npu-driver_{DRIVER}_linux-{site.arch}.run"
+    assert lost["unreachable"] is True and lost["task"] == driver_run, lost
+    assert first.summary["recorded"] == others
+    endpoints = [(e["host"], e["pool"], e["ready"]) for e in first.summary["endpoints"]]
+    assert endpoints == [("node1", "smol", True)], endpoints
+    reports = {host: res.get("msg") for host, res in first.results(REPORT_TASK).items()}
+    assert reports == dict.fromkeys(others, REPORT)  # DRILL_NODE never reached the stack report
+
+    # What the power loss left: the installer's first stages, not its version.info nor its completion.
+    assert site.cut_short.splitlines() == [
+        "driver files present",
+        "no version.info",
+        "no Driver_Install_Status",
+        "upgradePercentage:40%",
+        "0",
+    ], site.cut_short
+
+    assert recovered.rc == 0, recovered.explain()
+    assert sorted(recovered.summary["verified"]) == others
+    assert recovered.summary["drift"] == {DRILL_NODE: NO_RECORD}
+    assert recovered.summary["recorded"] == [DRILL_NODE]
+    driver_runs = [c["task"] for c in recovered.changes(DRILL_NODE) if c["task"].startswith(DRIVER_RUN_TASK)]
+    assert driver_runs == [driver_run, f"{DRIVER_RUN_TASK}Ascend-hdk-910b-npu-firmware_{FIRMWARE}.run"]
+    version = site.sh(DRILL_NODE, "cat /usr/local/Ascend/driver/version.info")
+    assert parse_driver_version_info(version).version == DRIVER
+    install_info = site.sh(DRILL_NODE, "cat /etc/ascend_install.info").splitlines()
+    assert "Driver_Install_Status=complete" in install_info, install_info
+
+    doctor = site.doctor
+    assert doctor is not None and doctor.returncode == 0, doctor and doctor.stdout + doctor.stderr
+    assert doctor.stdout.splitlines()[-2:] == [f"{DRILL_NODE}  OK", "1/1 node(s) OK"], doctor.stdout
+    print(
+        f"\npower drill: {DRILL_NODE} lost power {site.lost_power_after_s:.1f} s into the first apply"
+        f" ({first.seconds:.1f} s); the apply after power on {recovered.seconds:.1f} s"
+    )
 
 
 def test_a_third_apply_verifies_each_node_against_its_record_and_runs_no_role(site: Site) -> None:
@@ -542,10 +687,11 @@ def test_serving_endpoint_answers_a_completion(site: Site) -> None:
 
 
 def test_stack_report_matches_the_lock(site: Site) -> None:
-    first, again = site.converged()
-    for run in (first, again):
-        reports = {host: res.get("msg") for host, res in run.results(REPORT_TASK).items()}
-        assert reports == dict.fromkeys(site.names, REPORT)
+    _, again = site.converged()
+    converging = {name: site.converging(name).results(REPORT_TASK)[name].get("msg") for name in site.names}
+    assert converging == dict.fromkeys(site.names, REPORT)
+    reports = {host: res.get("msg") for host, res in again.results(REPORT_TASK).items()}
+    assert reports == dict.fromkeys(site.names, REPORT)
 
 
 # -- container runtime (daemon.json) -------------------------------------------------------------------------
@@ -558,10 +704,10 @@ CONTAINER_VERIFY = "container_runtime : Check each container saw exactly its poo
 
 
 def test_container_runtime_daemon_json_engine_and_each_pools_devices(site: Site) -> None:
-    first, again = site.converged()
+    _, again = site.converged()
     image = yaml.safe_load(site.cluster.group_vars_path.read_text())["container_runtime_verify_image"]
-    verified = first.results(CONTAINER_VERIFY)
     for name in site.names:
+        verified = site.converging(name).results(CONTAINER_VERIFY)
         daemon = node_json(site.cluster, name, "/etc/docker/daemon.json")
         assert daemon == {
             "runtimes": {"ascend": {"path": CONTAINER_RUNTIME, "runtimeArgs": []}},
@@ -573,7 +719,8 @@ def test_container_runtime_daemon_json_engine_and_each_pools_devices(site: Site)
         ], name
         fact = node_json(site.cluster, name, "/etc/ansible/facts.d/container_runtime.fact")
         assert fact["ascend_docker_runtime"] == str(LOCK["docker_runtime"]), name
-        # the role's own check ran in the first apply (one container per pool) and not in the no-op one
+        # the role's own check ran in the apply that converged the node (one container per pool) and not
+        # in the no-op one
         pools = NODE1_POOLS if name == "node1" else POOLS
         messages = [item.get("msg") for item in verified[name].get("results", [])]
         assert messages == [
@@ -628,7 +775,7 @@ def test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_conver
     staging = "/var/cache/provision"
     before, boots_before = untouched_state(cluster, skip=(staging,)), cluster.boots()
 
-    run = ansible_playbook(inventory)
+    run = ansible_playbook(inventory, home=tmp_path)
     assert run.rc == 2, run.tail()  # ansible-playbook: a host failed
     recap = run.recap()
     assert recap["node1"]["failed"] == recap["node1"]["unreachable"] == 0, run.tail()
@@ -673,7 +820,7 @@ def test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_conver
     reports = {host: result.get("msg") for host, result in run.results("ok", REPORT_TASK).items()}
     assert reports == {"node1": REPORT}, run.tail()
 
-    again = ansible_playbook(inventory, "--limit", "node1")
+    again = ansible_playbook(inventory, "--limit", "node1", home=tmp_path)
     assert again.rc == 0, again.tail()
     assert again.recap()["node1"]["changed"] == 0, again.tail()
     print(

@@ -295,6 +295,36 @@ def test_a_missing_run_file_is_refused_naming_it(
     assert not output.exists()
 
 
+def test_one_npu_lines_files_are_enough_and_none_is_refused_naming_every_line(
+    tmp_path: Path,
+    inventory: Path,
+    mirror: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The inventory leaves the NPU line to each node's PCI bus: the A2 files alone make a bundle (the
+    other lines' are named as left out); no line's driver at all is refused, naming each line's file."""
+    d = LOCKED["driver"]
+    assert build(monkeypatch, inventory, tmp_path / "rack.tar", mirror) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"not bundled (optional): NPU driver {d} (aarch64) of the other NPU lines: "
+        f"Atlas-A3-hdk-npu-driver_{d}_linux-aarch64.run, Ascend-hdk-310p-npu-driver_{d}_linux-aarch64.run "
+        f"(the bundle has {DRIVER})"
+    ) in err
+
+    (mirror / "ascend" / DRIVER).unlink()
+    output = tmp_path / "none.tar"
+    assert build(monkeypatch, inventory, output, mirror) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"NPU driver {d} (aarch64): none of {DRIVER}, Atlas-A3-hdk-npu-driver_{d}_linux-aarch64.run, "
+        f"Ascend-hdk-310p-npu-driver_{d}_linux-aarch64.run found" in err
+    )
+    assert "set ascend_driver_chip / cann_chip in the inventory" in err
+    assert not output.exists()
+
+
 def test_run_files_from_the_vendor_folder_need_a_checksum(
     tmp_path: Path,
     inventory: Path,

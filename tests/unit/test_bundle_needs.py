@@ -33,10 +33,66 @@ def paths(node: needs.NodeNeeds, kind: str) -> list[str]:
     return [need.path for need in node.needs if need.kind == kind]
 
 
-def test_openeuler_a2_node_needs_the_repos_and_the_locked_run_files(tmp_path: Path) -> None:
+def test_a_node_whose_line_is_its_pci_bus_needs_one_driver_firmware_and_ops_of_any_line(
+    tmp_path: Path,
+) -> None:
+    """The roles read the NPU line from the node's PCI bus, which no bundle build sees: each line's vendor
+    file is one of a group, of which the node needs one; the toolkit, NNAL and runtime are the same file."""
     plan = plan_of(
         tmp_path,
         {"inventory.ini": "[npu_nodes]\nnode1\n", "host_vars/node1.yml": facts("openEuler", "22.03")},
+    )
+    (node,) = plan.nodes
+    d, f, c = LOCKED["driver"], LOCKED["firmware"], LOCKED["cann"]
+    groups: dict[str, list[str]] = {}
+    for need in node.needs:
+        if need.kind == "run-file":
+            groups.setdefault(need.one_of or need.path, []).append(need.path.removeprefix("ascend/"))
+    assert groups == {
+        f"NPU driver {d} (aarch64)": [
+            f"Ascend-hdk-910b-npu-driver_{d}_linux-aarch64.run",
+            f"Atlas-A3-hdk-npu-driver_{d}_linux-aarch64.run",
+            f"Ascend-hdk-310p-npu-driver_{d}_linux-aarch64.run",
+        ],
+        f"NPU firmware {f} (aarch64)": [
+            f"Ascend-hdk-910b-npu-firmware_{f}.run",
+            f"Atlas-A3-hdk-npu-firmware_{f}.run",
+            f"Ascend-hdk-310p-npu-firmware_{f}.run",
+        ],
+        f"ascend/Ascend-cann-toolkit_{c}_linux-aarch64.run": [f"Ascend-cann-toolkit_{c}_linux-aarch64.run"],
+        f"CANN ops {c} (aarch64)": [
+            f"Ascend-cann-910b-ops_{c}_linux-aarch64.run",
+            f"Ascend-cann-A3-ops_{c}_linux-aarch64.run",
+            f"Ascend-cann-310p-ops_{c}_linux-aarch64.run",
+        ],
+        f"ascend/Ascend-cann-nnal_{LOCKED['nnal']}_linux-aarch64.run": [
+            f"Ascend-cann-nnal_{LOCKED['nnal']}_linux-aarch64.run"
+        ],
+        f"ascend/Ascend-docker-runtime_{LOCKED['docker_runtime']}_linux-aarch64.run": [
+            f"Ascend-docker-runtime_{LOCKED['docker_runtime']}_linux-aarch64.run"
+        ],
+    }
+    # a bundle with one line's files is complete for the node
+    one_line = [
+        f"{n.path.replace('*', 'SP4')}/{n.marker}" if n.kind == "os-repo" else n.path
+        for n in node.needs
+        if n.kind != "run-file" or "910b" in n.path or not n.one_of
+    ]
+    assert needs.missing(plan, one_line) == {}
+    without_ops = [p for p in one_line if "-ops_" not in p]
+    assert [n.path for n in needs.missing(plan, without_ops)["node1"]] == [
+        f"ascend/Ascend-cann-{line}-ops_{c}_linux-aarch64.run" for line in ("910b", "A3", "310p")
+    ]
+
+
+def test_openeuler_a2_node_needs_the_repos_and_the_locked_run_files(tmp_path: Path) -> None:
+    plan = plan_of(
+        tmp_path,
+        {
+            "inventory.ini": "[npu_nodes]\nnode1\n",
+            "host_vars/node1.yml": facts("openEuler", "22.03")
+            + "ascend_driver_chip: 910b\ncann_chip: 910b\n",
+        },
     )
     (node,) = plan.nodes
     assert (node.host, node.os, node.arch, node.stack) == ("node1", "openeuler-22.03", "aarch64", "0.23.0")

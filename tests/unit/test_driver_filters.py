@@ -153,6 +153,28 @@ def test_unrecorded_and_not_running_install_is_overwritten_firmware_first() -> N
     ]
 
 
+def test_a_driver_install_cut_short_after_its_version_info_is_overwritten() -> None:
+    """version.info already says the wanted driver and it loads after the power came back, but the installer
+    never wrote Driver_Install_Status=complete and provision recorded nothing: reinstall, do not adopt."""
+    cut_short = {
+        **state(
+            installed_driver=LOCKED["driver"],
+            installed_firmware=LOCKED["firmware"],
+            loaded_driver=LOCKED["driver"],
+            flashed_firmware=LOCKED["firmware"],
+        ),
+        "driver_install_status": None,
+    }
+    assert plan(cut_short) == [("driver", "overwrite", ["--full", "--install-for-all", "--quiet", "--nox11"])]
+    assert plan({**cut_short, "driver_install_status": "complete"}) == []  # adopted, as by hand
+    # recorded by provision: trusted (a driver package that never writes the status is not reinstalled)
+    recorded = {**cut_short, "recorded_driver": LOCKED["driver"], "recorded_firmware": LOCKED["firmware"]}
+    assert plan(recorded) == []
+    # an older driver cut short is upgraded as any older driver
+    older = {**cut_short, "installed_driver": OLD["driver"], "loaded_driver": OLD["driver"]}
+    assert plan(older) == [("driver", "upgrade", ["--upgrade", "--install-for-all", "--quiet", "--nox11"])]
+
+
 def test_only_the_firmware_differs() -> None:
     half = state(
         installed_driver=LOCKED["driver"],

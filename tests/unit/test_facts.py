@@ -19,6 +19,7 @@ def test_probe_runs_on_a_machine_without_npus() -> None:
     facts = facts_from_probe(out)
     assert facts["ascend_npus"]["count"] == 0
     assert facts["ascend_npus"]["npu_smi"] is None
+    assert facts["ascend_npus"]["line"] is None
     assert set(facts["ascend_disk_free_mb"]) == {"/", "/no/such/dir"}
     assert facts["ascend_disk_free_mb"]["/"] > 0
 
@@ -37,6 +38,7 @@ def test_facts_of_an_installed_910b_node() -> None:
     assert npus["count"] == 8
     assert npus["model"] == "910B"
     assert npus["pci_device_ids"] == ["0xd802"]
+    assert (npus["hardware_model"], npus["line"]) == ("a2", "910b")
     assert npus["driver_version"] == "25.0.rc1.1"
     assert npus["all_healthy"] is True
     assert npus["health"] == {str(i): "OK" for i in range(8)}
@@ -69,3 +71,18 @@ def test_an_unhealthy_npu_is_reported() -> None:
     npus = facts_from_probe(out)["ascend_npus"]
     assert npus["all_healthy"] is False
     assert npus["health"]["2"] == "Critical"
+
+
+def test_the_driver_install_status_is_read_from_ascend_install_info() -> None:
+    """``Driver_Install_Status=complete``, which the driver installer writes last, or nothing (cut short)."""
+    info = "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\nDriver_Install_Path_Param=/usr/local/Ascend\n"
+    pci = probe_section("pci", sample("lspci_d802.txt"))
+    cut_short = facts_from_probe(pci + probe_section("file /etc/ascend_install.info", info))["ascend_npus"]
+    assert (cut_short["driver_install_path"], cut_short["driver_install_status"]) == (
+        "/usr/local/Ascend",
+        None,
+    )
+    done = info + "Driver_Install_Status=complete\n"
+    finished = facts_from_probe(pci + probe_section("file /etc/ascend_install.info", done))["ascend_npus"]
+    assert finished["driver_install_status"] == "complete"
+    assert facts_from_probe(pci)["ascend_npus"]["driver_install_status"] is None

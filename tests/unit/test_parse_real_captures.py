@@ -132,7 +132,7 @@ def test_facts_of_an_a3_node() -> None:
     )
     npus = facts_from_probe(probe)["ascend_npus"]
     assert (npus["count"], npus["model"], npus["pci_device_ids"]) == (16, "910_93", ["0xd803"])
-    assert npus["hardware_model"] == "a3"
+    assert (npus["hardware_model"], npus["line"]) == ("a3", "a3")
     assert len(npus["chips"]) == 16 and npus["all_healthy"] is True
     # per chip, as the PCI view counts: the driver role's check `health | length == count` holds
     assert npus["health"] == {str(i): "OK" for i in range(16)}

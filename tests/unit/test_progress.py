@@ -156,6 +156,30 @@ def test_endpoints_keep_the_last_gate_verdict_and_the_report_says_how_to_query()
     assert "provision serve status /site/inventory.ini" in text
 
 
+def test_the_report_of_failed_and_unreachable_hosts_names_doctor_on_them() -> None:
+    from provision.cli._playbook import report
+    from provision.cli.console import Console
+
+    collector = _Collector(None)
+    for event in EVENTS:
+        collector.handle(event)
+    result = RunResult("site", 2, "failed", Path("/tmp/r"), 1.0, False)
+    result.hosts, result.failures = collector.hosts, collector.failures
+    out = io.StringIO()
+    report(result, Console.for_stream(out), Path("/site/my inventory.ini"))
+    lines = out.getvalue().splitlines()
+    assert "UNREACHABLE n4: Gathering Facts" in lines
+    assert lines[-2:] == [
+        "failed (2 host(s): n3, n4); run directory: /tmp/r",
+        "what is wrong there and how to fix it: provision doctor '/site/my inventory.ini' --limit n3,n4",
+    ]
+    healthy = RunResult("site", 0, "successful", Path("/tmp/r"), 1.0, False)
+    healthy.hosts = {"n1": HostStats(ok=1)}
+    out = io.StringIO()
+    report(healthy, Console.for_stream(out), Path("/site/inventory.ini"))
+    assert "provision doctor" not in out.getvalue()
+
+
 def test_a_change_without_a_diff_keeps_its_message_and_plan_shows_it() -> None:
     from provision.cli.console import Console
     from provision.cli.plan import show_plan

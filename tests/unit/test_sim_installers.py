@@ -7,7 +7,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -317,6 +319,42 @@ def test_driver_run_uninstall_flag(sim: SimRoot, repo: Mirror) -> None:
     ok(sim.run([repo[DRIVER], "--full", "--quiet"]))
     ok(sim.run([repo[DRIVER], "--uninstall", "--quiet"]))
     assert not sim.path("/usr/local/Ascend/driver").exists()
+
+
+def test_installer_slow_lets_a_power_loss_cut_the_driver_install_short(sim: SimRoot, repo: Mirror) -> None:
+    """A driver install killed (as by a power loss) in its 40 % stage: the parameters are in
+    /etc/ascend_install.info, the files of the earlier stages on disk, no version.info and no completion
+    status (the real installer writes version.info near its end, Driver_Install_Status=complete last)."""
+    sim.set_faults({"installer_slow": {"driver": 1}})
+    log = sim.path("/var/log/ascend_seclog/ascend_install.log")
+    started = time.monotonic()
+    with subprocess.Popen(
+        [str(repo[DRIVER]), "--full", "--install-for-all", "--quiet"],
+        env=sim.env(),
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    ) as installer:
+        while "upgradePercentage:40%" not in (log.read_text() if log.exists() else ""):
+            assert installer.poll() is None and time.monotonic() - started < 30, "no 40 % stage"
+            time.sleep(0.05)
+        os.killpg(installer.pid, signal.SIGKILL)
+    assert time.monotonic() - started >= 2  # the 10 % and 30 % stages took a second each
+    assert sim.path("/usr/local/Ascend/driver/lib64/driver/libdcmi.so").is_file()
+    assert not sim.path("/usr/local/Ascend/driver/version.info").exists()
+    info = versions.parse_ascend_install_info(sim.path("/etc/ascend_install.info").read_text())
+    assert info.driver_install_path == "/usr/local/Ascend" and info.driver_install_status is None
+    assert "installation is incomplete" in sim.reboot().stdout
+    # cut short after version.info: the version is on disk, the completion status is not
+    sim.set_faults({"installer_slow": None, "installer_crash": {"driver": 100}})
+    assert sim.run([repo[DRIVER], "--full", "--install-for-all", "--quiet"]).returncode == 1
+    assert versions.parse_driver_version_info(sim.path("/usr/local/Ascend/driver/version.info").read_text())
+    info = versions.parse_ascend_install_info(sim.path("/etc/ascend_install.info").read_text())
+    assert info.driver_install_status is None
+    sim.set_faults({"installer_crash": None})
+    ok(sim.run([repo[DRIVER], "--full", "--install-for-all", "--quiet"]))
+    info = versions.parse_ascend_install_info(sim.path("/etc/ascend_install.info").read_text())
+    assert info.driver_install_status == "complete"
+    assert "driver 25.5.1 loaded" in sim.reboot().stdout
 
 
 def test_installer_crash_knob(sim: SimRoot, repo: Mirror) -> None:

@@ -41,6 +41,35 @@ def test_names_for_cann_8_3_use_the_kernels_package(tmp_path: Path) -> None:
     assert driver.manifest["compatible_fw"] == ["7.0.0", "7.7.99"]
 
 
+@pytest.mark.parametrize(
+    ("line", "names"),
+    [
+        (
+            "a3",
+            [
+                "Atlas-A3-hdk-npu-driver_25.5.1_linux-aarch64.run",
+                "Atlas-A3-hdk-npu-firmware_7.8.0.6.201.run",
+                "Ascend-cann-A3-ops_9.1.0_linux-aarch64.run",
+            ],
+        ),
+        (
+            "310p",
+            [
+                "Ascend-hdk-310p-npu-driver_25.5.1_linux-aarch64.run",
+                "Ascend-hdk-310p-npu-firmware_7.8.0.6.201.run",
+                "Ascend-cann-310p-ops_9.1.0_linux-aarch64.run",
+            ],
+        ),
+    ],
+)
+def test_each_npu_line_gets_the_vendor_names_the_roles_fetch(line: str, names: list[str]) -> None:
+    specs = mirror.artifact_specs(components=["driver", "firmware", "ops"], line=line)
+    assert [s.name for s in specs] == names
+    assert {s.manifest["chip"] for s in specs} == {line}
+    with pytest.raises(ProvisionError, match="unknown NPU line '910c'; known: 910b, a3, 310p"):
+        mirror.artifact_specs(line="910c")
+
+
 def test_sha256sums_cover_every_version_in_the_folder(tmp_path: Path) -> None:
     first = mirror.build_artifacts(tmp_path, components=["driver", "firmware"])
     second = mirror.build_artifacts(

@@ -54,13 +54,14 @@ from email.utils import formatdate
 from pathlib import Path
 
 from provision.ascend import lock
+from provision.ascend.hardware import load_hardware
 from provision.errors import EnvironmentProblem, ProvisionError
 from provision_sim import images, rootfs
 from provision_sim.mirror import run_files as mirror
 from provision_sim.mirror.exporter import build_exporter
 from provision_sim.system import ProcessRef, locked, read_ref
 
-CONTENT_VERSION = 3
+CONTENT_VERSION = 4
 """Bump when what :func:`build_mirror` writes changes, so cached mirrors are rebuilt."""
 
 OPENEULER_RELEASES = ("openEuler-22.03-LTS-SP1", "openEuler-24.03-LTS-SP1")
@@ -605,6 +606,20 @@ def build_mirror(
             components=mirror.COMPONENTS
             if number == 0
             else [c for c in mirror.COMPONENTS if c != "docker-runtime"],
+        )
+    # The locked set for the other NPU lines (A3, 300I Duo): their own driver, firmware and operator
+    # package names, which the roles fetch on a node whose PCI bus shows that line.
+    locked_set = ascend_sets()[0]
+    for line in sorted({m.base_image_tag for m in load_hardware().models.values()} - {"910b"}):
+        mirror.build_artifacts(
+            dest / "ascend",
+            arch=target.arch,
+            driver=locked_set["driver"],
+            firmware=locked_set["firmware"],
+            cann=locked_set["cann"],
+            nnal=locked_set["nnal"],
+            components=["driver", "firmware", "ops"],
+            line=line,
         )
 
 

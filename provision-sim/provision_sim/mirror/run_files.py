@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provision.ascend.hardware import load_hardware, model_for_line
 from provision.errors import ProvisionError
 from provision_sim.hardware import node_source
 
@@ -94,8 +95,13 @@ def artifact_specs(
     docker_runtime: str = "26.1.0",
     components: Iterable[str] = COMPONENTS,
     driver_compatible_fw: tuple[str, str] | None = None,
+    line: str = "910b",
 ) -> list[Artifact]:
-    """The artifacts :func:`build_artifacts` would write (names, labels, manifests)."""
+    """The artifacts :func:`build_artifacts` would write (names, labels, manifests).
+
+    ``line`` is the NPU line (``910b``, ``a3``, ``310p``): the driver, firmware and operator package carry
+    its vendor names (provision/data/hardware.yml, the names the roles fetch); the toolkit, NNAL and the
+    Docker runtime are one file for every line."""
     if arch not in ("aarch64", "x86_64"):
         raise ProvisionError(f"arch must be aarch64 or x86_64, got {arch!r}")
     nnal = nnal or cann
@@ -114,16 +120,21 @@ def artifact_specs(
     mm: tuple[int, ...] = _vt(driver)[:2]
     fw_range = list(driver_compatible_fw or ("7.0.0", _FW_RANGE.get(mm, "7.99.99")))
     ops = "ops" if _vt(cann)[:2] >= (8, 5) else "kernels"
+    model = model_for_line(line)
+    if model is None:
+        known = ", ".join(m.base_image_tag for m in load_hardware().models.values())
+        raise ProvisionError(f"unknown NPU line {line!r}; known: {known}")
     table: dict[str, tuple[str, str, str, dict[str, Any]]] = {
         "driver": (
-            f"Ascend-hdk-910b-npu-driver_{driver}_linux-{arch}.run",
+            model.driver_file(driver, arch),
             "ASCEND DRIVER RUN PACKAGE",
             driver,
             {"compatible_fw": fw_range, "innerversion": _DRIVER_INNER.get(mm, "V100R001C25SPC001B220")},
         ),
         "firmware": (
-            f"Ascend-hdk-910b-npu-firmware_{firmware}.run",
-            "ASCEND-HDK-910B-NPU FIRMWARE RUN PACKAGE",
+            model.firmware_file(firmware),
+            # the A2 label is the captured one; the other lines' are written the same way (no capture)
+            f"ASCEND-HDK-{line.upper()}-NPU FIRMWARE RUN PACKAGE",
             firmware,
             {"package_version": driver},
         ),
@@ -134,10 +145,10 @@ def artifact_specs(
             {},
         ),
         "ops": (
-            f"Ascend-cann-910b-ops_{cann}_linux-{arch}.run"
+            model.cann_ops_file(cann, arch, new_layout=ops == "ops"),
+            f"ASCEND-CANN-{line.upper()}-OPS RUN PACKAGE"
             if ops == "ops"
-            else f"Ascend-cann-kernels-910b_{cann}_linux-{arch}.run",
-            "ASCEND-CANN-910B-OPS RUN PACKAGE" if ops == "ops" else "ASCEND-CANN-KERNELS-910B RUN PACKAGE",
+            else f"ASCEND-CANN-KERNELS-{line.upper()} RUN PACKAGE",
             cann,
             {},
         ),
@@ -155,17 +166,19 @@ def artifact_specs(
             continue
         name, label, version, extra = table[comp]
         component = ops if comp == "ops" else comp
-        out.append(Artifact(name, label, _manifest(component, name, version, arch, extra)))
+        out.append(Artifact(name, label, _manifest(component, name, version, arch, line, extra)))
     return out
 
 
-def _manifest(component: str, name: str, version: str, arch: str, extra: dict[str, Any]) -> dict[str, Any]:
+def _manifest(
+    component: str, name: str, version: str, arch: str, line: str, extra: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "component": component,
         "name": name.removesuffix(".run"),
         "version": version,
         "arch": arch,
-        "chip": "910b",
+        "chip": line,
         **extra,
     }
 
@@ -181,6 +194,7 @@ def build_artifacts(
     docker_runtime: str = "26.1.0",
     components: Sequence[str] = COMPONENTS,
     driver_compatible_fw: tuple[str, str] | None = None,
+    line: str = "910b",
 ) -> list[Path]:
     """Write the ``.run`` installers into ``dest`` and refresh ``dest/sha256sums.txt``.
 
@@ -201,6 +215,7 @@ def build_artifacts(
         docker_runtime=docker_runtime,
         components=components,
         driver_compatible_fw=driver_compatible_fw,
+        line=line,
     )
     payload_engine = _engine_files()
     written = [build_run(dest / spec.name, spec.label, spec.manifest, payload_engine) for spec in specs]

@@ -27,6 +27,16 @@ Fault knobs read from ``hardware.json``: ``faults.installer_crash`` = ``{"<compo
 (or ``{"<component>": {"percent": 40, "mode": "exit"|"kill"}}`` or a list of components, meaning 40 %):
 the installer writes the files of the stages before that percentage, logs the percentage and an
 ``[ERROR]`` line, and exits 1 (``mode: kill``: SIGKILL without the error line).
+``faults.installer_slow`` = ``{"<component>": <seconds>}``: after each percentage line but the last the
+installer waits that long, as a real driver ``.run`` spends about a minute in its stages (DKMS build, copy,
+device start-up), so that a power loss can land in the middle of an install.
+
+The driver install keeps the real installer's order (the driver package's ``install.sh`` and
+``run_driver_install.sh``): ``/etc/ascend_install.info`` gets the install parameters first, the files are
+written stage by stage, ``version.info`` is copied last, and only a finished install adds
+``Driver_Install_Status=complete`` (without it the real ``npu-smi info`` warns "The driver package may not be
+completely installed"). An install cut short therefore leaves a partial ``driver/`` folder, no
+``version.info`` (or one without the completion status) and no ``Driver_Install_Status``.
 """
 
 from __future__ import annotations
@@ -185,6 +195,13 @@ def parse_args(component: str, argv: Sequence[str], log: Log) -> Options:
     return opts
 
 
+def stage_seconds(component: str) -> float:
+    """How long each stage of ``component``'s install takes (``installer_slow``; 0: at once)."""
+    knob = common.faults(common.load_config() or {}).get("installer_slow")
+    value = knob.get(component) if isinstance(knob, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
 def crash_point(component: str) -> tuple[int, str] | None:
     config = common.load_config() or {}
     knob = common.faults(config).get("installer_crash")
@@ -210,6 +227,7 @@ class Progress:
         self.log = log
         self.show = show
         self.crash = crash_point(component)
+        self.pause = stage_seconds(component)
 
     def at(self, pct: int) -> None:
         if self.show:
@@ -222,6 +240,8 @@ class Progress:
                 f"{TAGS[self.component]} package install failed at {pct}%: the installation process was "
                 "interrupted, the package is partially installed. Uninstall it and install again."
             )
+        if self.pause and pct < 100:
+            time.sleep(self.pause)
 
 
 def write(path: str, text: str, mode: int = 0o644) -> None:
@@ -397,6 +417,17 @@ def install_driver(m: dict[str, Any], o: Options, log: Log) -> int:
     if current:
         log.info(f"The installed driver version is {current}, the package version is {m['version']}.")
     base = o.install_path
+    # updateInstallInfo before run_driver_install.sh: the parameters first, the completion status last
+    set_info_keys(
+        {
+            "UserName": user,
+            "UserGroup": group,
+            "Driver_Install_Type": "full",
+            "Driver_Install_Path_Param": base,
+            "Driver_Install_For_All": "yes" if o.for_all else "no",
+        },
+        remove_prefix="Driver_Install_Status",
+    )
     progress = Progress("driver", log, show=True)
     log.info("driver install type: DKMS")
     progress.at(10)
@@ -421,17 +452,8 @@ def install_driver(m: dict[str, Any], o: Options, log: Log) -> int:
     write("/usr/local/dcmi/dcmi_interface_api.h", "/* " + SIMULATED.strip() + " */\n")
     progress.at(90)
     write(f"{d}/version.info", driver_version_info(m), 0o444)
-    set_info_keys(
-        {
-            "UserName": user,
-            "UserGroup": group,
-            "Driver_Install_Type": "full",
-            "Driver_Install_Path_Param": base,
-            "Driver_Install_For_All": "yes" if o.for_all else "no",
-            "Driver_Install_Status": "complete",
-        }
-    )
     progress.at(100)
+    set_info_keys({"Driver_Install_Status": "complete"})
     verb = "upgraded" if o.op == "upgrade" else "installed"
     log.info(f"Driver package {verb} successfully! Reboot needed for installation/upgrade to take effect! ")
     end(log)
