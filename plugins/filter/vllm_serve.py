@@ -200,9 +200,25 @@ def vllm_serve_args_value(args_text: str, flag: str, default: Any = None) -> Any
     return default
 
 
+def vllm_serve_image_stack(
+    image: str,
+    labels: Mapping[str, Any] | None,
+    host: str = "",
+    driver: str | None = None,
+    line: str | None = None,
+) -> dict[str, Any]:
+    """``{problems, checked}``: whether the serving image's stack labels fit the node's driver and NPU line
+    (:mod:`provision.serving.image_stack`)."""
+    from provision.serving.image_stack import verdict
+
+    found = verdict(str(image), labels, host=str(host), driver=driver or None, line=line or None)
+    return {"problems": found.problems, "checked": found.checked}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
+            "vllm_serve_image_stack": vllm_serve_image_stack,
             "vllm_serve_instances": vllm_serve_instances,
             "vllm_serve_pending": vllm_serve_pending,
             "vllm_serve_group_restart": vllm_serve_group_restart,

@@ -6,8 +6,14 @@ with an image built here, in the format ``docker save`` writes (:mod:`provision_
 - ONE layer: the cached base rootfs tar of :mod:`provision_sim.rootfs` (Debian, the nodes' own base,
   ≈ 370 MB), taken as it is;
 - a small layer with our image's entrypoint (``container/entrypoint.sh`` and ``ascend-env.sh``, as the
-  ``Dockerfile`` installs them in ``/opt/provision``), with ``VLLM_PYTHON`` set to the cached engine's
-  Python.
+  ``Dockerfile`` installs them in ``/opt/provision``), and the rig's stand-ins for what only an NPU image has
+  (``engine_shim/``, in ``/opt/provision-sim``): ``VLLM_PYTHON`` is ``bin/vllm-python``, which runs the cached
+  engine's Python and, when it starts the vLLM server, first prints the line vllm-ascend's platform plugin
+  makes vLLM log (``Platform plugin ascend is activated``: the CPU engine cannot log it, having no
+  vllm-ascend); ``PYTHONPATH`` holds a ``torch_npu`` whose ``torch.npu.device_count()`` counts the
+  ``/dev/davinciN`` of the container, for every command but the engine (the launcher takes it off the
+  engine's path: transformers would import NPU kernels from it). The serving role's post-start smoke
+  (``import torch, torch_npu``, that line in the log) then runs unchanged against the simulated nodes.
 
 The engine itself (its venv, interpreter and model, ≈ 3.5 GB) is NOT in the image: the nodes already see it
 at its host paths (:func:`provision_sim.serving.setup.engine_binds`) and the containers get the same
@@ -36,6 +42,7 @@ from pathlib import Path
 
 from provision.errors import ProvisionError
 from provision.image.context import default_context_dir
+from provision.image.spec import default_target
 from provision_sim import images, rootfs
 from provision_sim.mirror import repos
 from provision_sim.serving import vllm_cpu as engine
@@ -58,9 +65,12 @@ IMAGE_TAG = f"{IMAGE_REPOSITORY}:{engine.SPEC['vllm'].split('==')[-1]}"
 BROKEN_TAG = f"{IMAGE_REPOSITORY}:broken"
 ENTRYPOINT_DIR = "/opt/provision"
 ENTRYPOINT_FILES = ("entrypoint.sh", "ascend-env.sh")
+SIM_DIR = "/opt/provision-sim"
+"""The rig's own part of the image: the engine launcher and the torch_npu stand-in (``engine_shim/``)."""
+SIM_SOURCE = Path(__file__).with_name("engine_shim")
 MIRROR_FOLDER = "images"
 """The mirror's folder for images (the container runtime's verification image is there too)."""
-CONTENT_VERSION = 1
+CONTENT_VERSION = 2
 """Bump when what :func:`ensure_serve_image` writes changes."""
 
 
@@ -105,6 +115,18 @@ def _entrypoint_layer() -> images.Layer:
         images.Entry(f"{ENTRYPOINT_DIR}/{name}", data=(source / name).read_bytes(), mode=0o755)
         for name in ENTRYPOINT_FILES
     ]
+    # What the CPU engine lacks for the serving role's post-start smoke: a launcher that logs vllm-ascend's
+    # platform line (engine_shim/vllm-python) and a torch_npu that counts the container's NPUs.
+    entries += [
+        images.Entry(
+            f"{SIM_DIR}/bin/vllm-python", data=(SIM_SOURCE / "vllm-python").read_bytes(), mode=0o755
+        ),
+        images.Entry(
+            f"{SIM_DIR}/python/torch_npu/__init__.py",
+            data=(SIM_SOURCE / "torch_npu" / "__init__.py").read_bytes(),
+            mode=0o644,
+        ),
+    ]
     return images.Layer.from_entries(entries)
 
 
@@ -112,11 +134,16 @@ def _config() -> images.ImageConfig:
     return images.ImageConfig(
         env={
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "VLLM_PYTHON": str(engine.engine_python()),
+            "VLLM_PYTHON": f"{SIM_DIR}/bin/vllm-python",
+            "PROVISION_SIM_ENGINE_PYTHON": str(engine.engine_python()),
+            "PYTHONPATH": f"{SIM_DIR}/python",
             "PROVISION_RUN_DIR": "/tmp/provision",
         },
         entrypoint=[f"{ENTRYPOINT_DIR}/entrypoint.sh"],
+        # The stack labels `provision image build` gives the image it stands in for (the lock's default
+        # stack, A2, openEuler): the serving role compares them with each node's driver and NPU line.
         labels={
+            **default_target().labels(),
             "org.opencontainers.image.title": "vllm-cpu (provision simulated cluster)",
             "provision.engine": engine.SPEC["vllm"],
         },
