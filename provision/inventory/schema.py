@@ -196,6 +196,9 @@ class ServingProfile(_Strict):
     env: dict[str, str | int | float] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
     load_budget_s: Annotated[float, Field(gt=0)] | None = None
+    # Not a vLLM flag: the p99 time-to-first-token the monitoring role alerts above (default
+    # monitoring_ttft_slo_ms).
+    ttft_slo_ms: Annotated[float, Field(gt=0)] | None = None
 
     @field_validator("model_url")
     @classmethod
@@ -356,6 +359,8 @@ class HostSettings(BaseModel):
     provision_stack: str | None = None
     provision_allow_unlocked_versions: AnsibleBool = False
     provision_mirror_url: Url | None = None
+    # Shown next to every J/token measured on this host's NPUs (`provision bench`), e.g. "simulated".
+    provision_power_label: Annotated[str, BeforeValidator(_text), Field(min_length=1)] | None = None
     ascend_npu_count: Annotated[int, Field(ge=1, le=16)] = 8
     ascend_driver_version: DriverVersion | None = None
     ascend_driver_firmware_version: FirmwareVersion | None = None

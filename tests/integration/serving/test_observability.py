@@ -10,7 +10,9 @@ npu-smi, docker and the real vLLM CPU engine on both nodes, ``cluster.py``):
    host and pool.
 3. Fault drills, at once so that their ``for:`` windows overlap: an NPU of node1 made unhealthy fires
    ``NpuUnhealthy`` after its real ``for:`` and resolves once cleared; node2's engine stopped fires
-   ``VllmEngineDown`` after its ``for:`` and resolves once it serves again. The cluster is left healthy.
+   ``VllmEngineDown`` after its ``for:`` and resolves once it serves again; node2's NPU-Exporter stopped
+   fires ``NpuExporterDown`` after its ``for:`` and resolves once it is started again. The cluster is left
+   healthy (every unit active, no alert).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import yaml
 
 from provision.paths import ansible_root
 from provision_sim import hardware
-from provision_sim.mirror.exporter import build_exporter
 from tests.helpers import Prometheus, journals, json_summary, mirror_vars
 from tests.integration.serving.cluster import POOL_NAME, PORT, UNIT, Served
 
@@ -72,6 +73,14 @@ class Monitored:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+def mirrored_exporter(served: Served) -> Path:
+    """The binary the cluster's mirror serves (its folder, from ``mirror.json``). Read there rather than
+    rebuilt: a rebuild follows the simulator's source as it is now, not as it was when the mirror was made."""
+    info = json.loads((served.cluster.dir / "mirror.json").read_text())
+    url = str(mirror_vars(served.cluster)["provision_mirror_url"])
+    return Path(info["root"]) / url.removeprefix(info["url"]).strip("/") / "npu-exporter"
+
+
 def exporter_gets(served: Served) -> int:
     """How many times the nodes downloaded the exporter binary (the mirror's log, http.server format)."""
     mirror = str(mirror_vars(served.cluster)["provision_mirror_url"]).split("/", 3)[3]
@@ -110,7 +119,7 @@ def monitored(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Itera
         print("\nobservability: " + ", ".join(f"{what} {s:.1f} s" for what, s in timings.items()))
 
 
-def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored, tmp_path: Path) -> None:
+def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored) -> None:
     served = monitored.served
     hosts = monitored.first["hosts"]
     assert sorted(hosts) == list(NODES)
@@ -121,7 +130,9 @@ def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored,
         unit = served.sh(node, "systemctl", "cat", EXPORTER_UNIT)
         assert f"-ip=0.0.0.0 -port={EXPORTER_PORT} -updateTime={UPDATE_S} -containerMode=docker" in unit
     installed = {served.sh(n, "sha256sum", "/usr/local/bin/npu-exporter").split()[0] for n in NODES}
-    mirrored = hashlib.sha256(build_exporter(tmp_path).read_bytes()).hexdigest()  # builds are deterministic
+    binary = mirrored_exporter(served)
+    mirrored = hashlib.sha256(binary.read_bytes()).hexdigest()
+    assert f"{mirrored}  npu-exporter" in (binary.parent / "sha256sums.txt").read_text().splitlines()
     assert installed == {mirrored}, "both nodes run the mirror's binary"
 
     changed = {host: stats["changed"] for host, stats in monitored.second["hosts"].items()}
@@ -139,6 +150,11 @@ def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored,
     ]
     for name in ("npu.yml", "targets.yml", "vllm.yml"):
         assert (monitored.dropin / "rules" / name).read_bytes() == (RULES / name).read_bytes()
+    # smollm2-cpu sets no ttft_slo_ms: each instance records the role's default, 2000 ms.
+    (slo,) = yaml.safe_load((monitored.dropin / "rules" / "slo.yml").read_text())["groups"]
+    assert [(r["expr"], r["labels"]["host"], r["labels"]["pool"]) for r in slo["rules"]] == [
+        ("vector(2)", n, POOL_NAME) for n in NODES
+    ]
     assert (monitored.dropin / "dashboards" / "provision-fleet.json").is_file()
 
 
@@ -180,6 +196,11 @@ def test_prometheus_has_every_target_up_and_the_series_per_host_and_pool(monitor
     for node in NODES:
         assert len(hbm[node]) == npus, hbm[node]
         assert [s["id"] for s in pooled[node]] == pool_npus, "the pool's NPU got its pool label"
+    # The SLO each VllmTtftP99OverSlo compares with, recorded by the generated rules/slo.yml.
+    prometheus.wait("the SLO series", lambda: len(per_host("provision:ttft_slo_seconds")) == 2)
+    slo = {s["metric"]["host"]: s for s in prometheus.query("provision:ttft_slo_seconds")}
+    for node in NODES:
+        assert slo[node]["metric"]["pool"] == POOL_NAME and float(slo[node]["value"][1]) == 2.0, slo
     assert prometheus.api("alerts")["alerts"] == [], "a healthy cluster has no alert pending"
     monitored.timings["series"] = time.monotonic() - begun
 
@@ -188,6 +209,7 @@ def test_fault_drills_fire_their_alerts_within_for_and_resolve(monitored: Monito
     prometheus, served = monitored.prometheus, monitored.served
     npu = next(iter(served.settings()["npu_pools_list"]))["devices"][0]  # the pool's NPU on node1
     npu_for, engine_for = rule_for_s("NpuUnhealthy"), rule_for_s("VllmEngineDown")
+    exporter_for = rule_for_s("NpuExporterDown")
     slack = 10.0  # the polling here and a loaded 2-core machine
 
     def state(alert: str, **labels: str) -> str:
@@ -200,6 +222,8 @@ def test_fault_drills_fire_their_alerts_within_for_and_resolve(monitored: Monito
     hardware.set_faults(root, {"npu_health": {str(npu): "Critical"}})
     served.sh("node2", "systemctl", "stop", UNIT)  # returns once the engine's port is closed
     stopped = time.monotonic()
+    served.sh("node2", "systemctl", "stop", EXPORTER_UNIT)  # node2's: node1's reports the NPU fault
+    exporter_stopped = time.monotonic()
     try:
         # the NPU: health 0 within -updateTime and a scrape, pending, firing once for: has passed
         unhealthy = {"host": "node1", "id": str(npu), "pool": POOL_NAME}
@@ -232,16 +256,48 @@ def test_fault_drills_fire_their_alerts_within_for_and_resolve(monitored: Monito
         monitored.timings["NpuUnhealthy firing"] = fired
         monitored.timings["NpuUnhealthy resolved"] = time.monotonic() - cleared
 
-        # the engine: its target down at the next scrape, firing once for: has passed
+        # node2's engine and exporter: their targets down at the next scrape, each alert firing once its for:
+        # has passed (watched together: their windows end within seconds of each other)
         down = {"host": "node2", "pool": POOL_NAME}
-        left = engine_for + 2 * INTERVAL_S + slack - (time.monotonic() - stopped)
-        prometheus.wait("VllmEngineDown firing", lambda: state("VllmEngineDown", **down) == "firing", left)
-        monitored.timings["VllmEngineDown firing"] = time.monotonic() - stopped
-        assert time.monotonic() - begun >= engine_for, "VllmEngineDown fired before its for:"
+        drills = {
+            "VllmEngineDown": (down, stopped, engine_for),
+            "NpuExporterDown": ({"host": "node2"}, exporter_stopped, exporter_for),
+        }
+        fired_after: dict[str, float] = {}
+
+        def both_firing() -> bool:
+            for name, (labels, since, _) in drills.items():
+                if name not in fired_after and state(name, **labels) == "firing":
+                    fired_after[name] = time.monotonic() - since
+            return len(fired_after) == len(drills)
+
+        left = max(engine_for, exporter_for) + 2 * INTERVAL_S + slack - (time.monotonic() - stopped)
+        prometheus.wait("VllmEngineDown and NpuExporterDown firing", both_firing, left)
+        monitored.timings["VllmEngineDown firing"] = fired_after["VllmEngineDown"]
+        monitored.timings["NpuExporterDown firing"] = fired_after["NpuExporterDown"]
+        for name, (_, _, window) in drills.items():
+            assert fired_after[name] >= window, (
+                f"{name} fired {fired_after[name]:.0f} s after, before its for:"
+            )
+        # the exporter's bound: for: + one scrape interval (+ the rule evaluation after it, the polling)
+        assert fired_after["NpuExporterDown"] <= exporter_for + INTERVAL_S + slack, fired_after
         assert [a["labels"]["host"] for a in prometheus.alerts("VllmEngineDown")] == ["node2"]
+        (alert,) = prometheus.alerts("NpuExporterDown")
+        runbook = alert["annotations"]["runbook"]
+        assert alert["labels"]["severity"] == "warning" and "journalctl -u npu-exporter on node2" in runbook
+
+        served.sh("node2", "systemctl", "start", EXPORTER_UNIT)
+        exporter_started = time.monotonic()
+        prometheus.wait(
+            "NpuExporterDown resolved",
+            lambda: not prometheus.alerts("NpuExporterDown"),
+            2 * INTERVAL_S + slack,
+        )
+        monitored.timings["NpuExporterDown resolved"] = time.monotonic() - exporter_started
     finally:
         hardware.set_faults(root, {"npu_health": None})
         served.sh("node2", "systemctl", "start", UNIT)
+        served.sh("node2", "systemctl", "start", EXPORTER_UNIT)
     restarted = time.monotonic()
     served.wait_ready("node2")
     prometheus.wait(
@@ -249,3 +305,5 @@ def test_fault_drills_fire_their_alerts_within_for_and_resolve(monitored: Monito
     )
     monitored.timings["node2 serving again"] = time.monotonic() - restarted
     assert prometheus.api("alerts")["alerts"] == [], "the cluster is left healthy"
+    for node in NODES:
+        assert served.sh(node, "systemctl", "is-active", EXPORTER_UNIT).strip() == "active"
