@@ -415,7 +415,8 @@ class Cluster:
         return [NodeStatus(n.name, n.flavour, n.ip, nodes.state(n), n.boots) for n in self.nodes]
 
     def _host_vars(self, node: Node) -> dict[str, str]:
-        """How Ansible reaches a node: SSH as root with the cluster key, host keys checked."""
+        """How Ansible reaches a node: SSH as root with the cluster key, host keys checked; and that its
+        NPUs are simulated (``provision bench`` prints this label next to the J/token they give)."""
         common = f"-o UserKnownHostsFile={self.known_hosts}"
         if len(str(self.control_dir)) <= MAX_CONTROL_DIR_LENGTH:
             # Masters of this cluster only: a later cluster reusing the addresses never meets a stale one.
@@ -426,6 +427,7 @@ class Cluster:
             "ansible_ssh_private_key_file": str(self.private_key),
             "ansible_python_interpreter": "/usr/bin/python3",
             "ansible_ssh_common_args": common,
+            "provision_power_label": "simulated",
         }
 
     def inventory(self) -> str:

@@ -151,3 +151,20 @@ def compare(baseline: Mapping[str, Any], now: Mapping[str, Any], bound: float) -
 
 def regressed(rows: Sequence[Row]) -> list[Row]:
     return [row for row in rows if row.regressed]
+
+
+def verdict(rows: Sequence[Row], path: Path, bound: float) -> str:
+    """The gate's last line: ``no regression beyond 10% of FILE (N compared)``, or ``regression beyond 10%
+    of FILE: METRICS (K of N compared)`` naming the regressed metrics."""
+    worse = regressed(rows)
+    limit = f"{bound * 100:g}%"
+    if worse:
+        names = ", ".join(sorted({row.label for row in worse}))
+        return f"regression beyond {limit} of {path}: {names} ({len(worse)} of {len(rows)} compared)"
+    return f"no regression beyond {limit} of {path} ({len(rows)} compared)"
+
+
+def shown(row: Row) -> str:
+    """One compared metric in words: ``output tok/s 10.00 -> 7.98 (-20.2%) REGRESSED``."""
+    change = "n/a" if row.change is None else f"{row.change * 100:+.1f}%"
+    return f"{row.label} {row.baseline:.2f} -> {row.now:.2f} ({change}) {row.verdict}"

@@ -52,6 +52,8 @@ class Energy:
     coverage: float
     note: str
     source: str = ""
+    label: str | None = None
+    """What the inventory says of these NPUs' figures (``provision_power_label``, e.g. ``simulated``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +63,7 @@ class Energy:
             "power_npus": self.npus,
             "power_coverage": round(self.coverage, 3),
             "power_source": self.source,
+            "power_label": self.label,
             "energy_note": self.note,
         }
 
@@ -90,7 +93,12 @@ def integrate(samples: Sequence[Sample], t0: float, t1: float) -> tuple[float, f
 
 
 def energy(
-    trace: Mapping[str, Sequence[Sample]], t0: float, t1: float, output_tokens: int, source: str = ""
+    trace: Mapping[str, Sequence[Sample]],
+    t0: float,
+    t1: float,
+    output_tokens: int,
+    source: str = "",
+    label: str | None = None,
 ) -> Energy:
     """The run's energy and J/token from every NPU's samples over ``[t0, t1]``."""
     window = t1 - t0
@@ -116,17 +124,19 @@ def energy(
             f"power samples cover {coverage:.0%} of the run (need {MIN_COVERAGE:.0%}): "
             "run longer, or sample faster",
             source,
+            label,
         )
     if output_tokens <= 0:
-        return Energy(total, None, interval, len(trace), coverage, "no output tokens", source)
+        return Energy(total, None, interval, len(trace), coverage, "no output tokens", source, label)
     note = f"{len(trace)} NPU(s), sampled every {interval:.2f} s" if interval else f"{len(trace)} NPU(s)"
-    return Energy(total, total / output_tokens, interval, len(trace), coverage, note, source)
+    return Energy(total, total / output_tokens, interval, len(trace), coverage, note, source, label)
 
 
 class PowerSampler(Protocol):
     """Samples power from :meth:`start` until :meth:`stop`, which returns them (and any problem)."""
 
     source: str
+    label: str | None
 
     def start(self) -> None: ...
 
@@ -140,6 +150,7 @@ class ScriptedSampler:
     trace: PowerTrace
     problems: list[str] = field(default_factory=list)
     source: str = "scripted"
+    label: str | None = None
     started: bool = False
 
     def start(self) -> None:
@@ -203,6 +214,7 @@ class NpuSmiSampler:
     start_timeout_s: float = 120.0
     settle_s: float = 3.0
     source: str = ""
+    label: str | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
     _outputs: dict[str, str] = field(default_factory=dict)
     _problems: list[str] = field(default_factory=list)

@@ -151,6 +151,8 @@ def _sweep_figure(
         xs = [where[_x(p[key])] for p in points]
         for metric, label, secondary in series:
             ys = [math.nan if p.get(metric) is None else float(p[metric]) for p in points]
+            if metric == "j_per_output_token":  # the inventory's word on those NPUs, e.g. simulated
+                label += "".join(sorted({f" ({p['power_label']})" for p in points if p.get("power_label")}))
             if secondary:
                 right = right or axes.twinx()
                 right.plot(xs, ys, "--", marker="s", label=f"{name} {label}")

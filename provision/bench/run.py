@@ -155,13 +155,19 @@ def run_one(
 
 
 def with_energy(
-    result: RunResult, trace: power.PowerTrace | None, problems: Sequence[str], source: str, why_none: str
+    result: RunResult,
+    trace: power.PowerTrace | None,
+    problems: Sequence[str],
+    source: str,
+    why_none: str,
+    label: str | None = None,
 ) -> RunResult:
     """The run's summary with its energy over its own window (``why_none`` when no sampler ran)."""
     if trace is None:
         found = power.not_measured(why_none)
     else:
-        found = power.energy(trace, *result.window, int(result.summary["total_output_tokens"]), source)
+        tokens = int(result.summary["total_output_tokens"])
+        found = power.energy(trace, *result.window, tokens, source, label)
         if found.joules is None and problems:
             found = replace(found, note=f"{found.note}; {'; '.join(problems[:3])}")
     result.summary |= found.as_dict()
@@ -188,4 +194,5 @@ def sweep(
     finally:
         trace, problems = sampler.stop() if sampler is not None else (None, [])
     source = sampler.source if sampler is not None else ""
-    return [with_energy(r, trace, problems, source, why_no_power) for r in results]
+    label = sampler.label if sampler is not None else None
+    return [with_energy(r, trace, problems, source, why_no_power, label) for r in results]

@@ -54,6 +54,8 @@ class Instance:
     name: str
     target: Target
     devices: dict[str, list[int]]
+    power_label: str | None = None
+    """The serving hosts' ``provision_power_label`` (e.g. ``simulated``), shown beside their J/token."""
 
 
 # ------------------------------------------------------------------------------------------ options
@@ -164,7 +166,8 @@ def _instances_of(
                 if inst.pool == row.get("pool"):
                     devices[str(host)] = list(inst.devices)
         target = Target(str(row["url"]).rstrip("/"), str(row["model"]), key or None, endpoint_type)
-        found.append(Instance(name, target, devices))
+        labels = sorted({str(host_var(loaded.hosts, h, "provision_power_label") or "") for h in devices})
+        found.append(Instance(name, target, devices, "; ".join(filter(None, labels)) or None))
     return found, skipped
 
 
@@ -177,6 +180,12 @@ def _fmt(value: Any, digits: int = 1) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+def _labelled(figure: str, summary: dict[str, Any]) -> str:
+    """An energy figure with the label its inventory gave those NPUs (``provision_power_label``)."""
+    label = summary.get("power_label")
+    return f"{figure} ({label})" if label and figure != "n/a" else figure
 
 
 def _table(rows: Sequence[tuple[str, RunResult]]) -> None:
@@ -205,7 +214,7 @@ def _table(rows: Sequence[tuple[str, RunResult]]) -> None:
             _fmt(s["p99_tpot_ms"]),
             _fmt(s["median_itl_ms"]),
             _fmt(s["median_e2el_ms"]),
-            _fmt(s["j_per_output_token"], 3),
+            _labelled(_fmt(s["j_per_output_token"], 3), s),
         )
     out.rich.print(table)
     out.line(
@@ -213,7 +222,7 @@ def _table(rows: Sequence[tuple[str, RunResult]]) -> None:
     )
     for name, result in rows:
         s = result.summary
-        energy = f"{_fmt(s['energy_j'], 1)} J" if s["energy_j"] is not None else "n/a"
+        energy = _labelled(f"{_fmt(s['energy_j'], 1)} J", s) if s["energy_j"] is not None else "n/a"
         out.line(
             f"{name} (conc {s['max_concurrency'] or '-'}, rate {s['request_rate']}): "
             f"energy {energy}: {s['energy_note']}"
@@ -490,13 +499,7 @@ def _comparison(rows: Sequence[gate.Row], path: Path, bound: float, stream: Text
             row.verdict,
         )
     out.rich.print(table)
-    worse = gate.regressed(rows)
-    limit = f"{bound * 100:g}%"
-    if worse:
-        names = ", ".join(sorted({row.label for row in worse}))
-        out.line(f"regression beyond {limit} of {path}: {names} ({len(worse)} of {len(rows)} compared)")
-    else:
-        out.line(f"no regression beyond {limit} of {path} ({len(rows)} compared)")
+    out.line(gate.verdict(rows, path, bound))
 
 
 def _sampler(
@@ -504,7 +507,9 @@ def _sampler(
 ) -> power.PowerSampler | None:
     if inventory is None or not inst.devices:
         return None
-    return power.NpuSmiSampler(inventory, inst.devices, interval_s=interval, max_s=timeout * points + 600)
+    return power.NpuSmiSampler(
+        inventory, inst.devices, interval_s=interval, max_s=timeout * points + 600, label=inst.power_label
+    )
 
 
 def _with_power_from(inst: Instance, inventory: Path, api_key: str | None) -> Instance:
@@ -514,7 +519,7 @@ def _with_power_from(inst: Instance, inventory: Path, api_key: str | None) -> In
     )
     for other in found:
         if other.target.url == inst.target.url:
-            return replace(inst, devices=other.devices)
+            return replace(inst, devices=other.devices, power_label=other.power_label)
     known = ", ".join(o.target.url for o in found) or "none ready"
     raise InputError(
         f"--power-from {inventory}: no ready instance there serves {inst.target.url} (its: {known})"

@@ -617,3 +617,60 @@ def test_a_bad_report_folder_exits_2(
     code, _, err = run([stub.url, *SMALL, "--report", str(path)], monkeypatch, capsys)
     assert code == 2 and err.startswith(f"error: {message.format(path=path)}"), err
     assert stub.bodies == []
+
+
+# ------------------------------------------------------------------------------------------ labels
+
+
+def test_the_inventorys_power_label_is_shown_beside_every_energy_figure(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``provision_power_label`` of the serving host (what `provision sim up` sets to ``simulated``) goes
+    with the J/token it gave: the table, the energy line, --json and the report's energy plot."""
+    import shutil
+
+    from provision.cli import serve as serve_cli
+
+    site = tmp_path / "site"
+    shutil.copytree(
+        Path(__file__).parents[2] / "examples", site, ignore=shutil.ignore_patterns("deepseek-r1-2node")
+    )
+    inventory = site / "inventory.ini"
+    text = inventory.read_text()
+    inventory.write_text(
+        text.replace(
+            "atlas-a01 ansible_host=192.0.2.11",
+            "atlas-a01 ansible_host=192.0.2.11 provision_power_label=simulated",
+        )
+    )
+    row = {"host": "atlas-a01", "pool": "chat", "role": "single", "state": "ready", "url": stub.url,
+           "model": "stub", "reason": "ok"}  # fmt: skip
+    monkeypatch.setattr(serve_cli, "probe_inventory", lambda *_a, **_k: [row])
+    made: list[dict[str, Any]] = []
+
+    def sampler(path: Path, devices: dict[str, list[int]], **options: Any) -> power.ScriptedSampler:
+        made.append({"devices": devices, **options})
+        now = time.time()
+        trace = {
+            f"atlas-a01 NPU {n}": [(now - 50 + t, 100.0) for t in range(200)] for n in devices["atlas-a01"]
+        }
+        return power.ScriptedSampler(trace, source="npu-smi", label=options.get("label"))
+
+    monkeypatch.setattr(bench_cli.power, "NpuSmiSampler", sampler)
+    report = tmp_path / "report"
+    args = [str(inventory), *SMALL, "--pool", "chat", "--sweep-concurrency", "1,2", "--report", str(report)]
+    code, out, err = run(args, monkeypatch, capsys)
+    assert code == 0, err
+    assert [(m["devices"], m["label"]) for m in made] == [({"atlas-a01": [0, 1, 2, 3]}, "simulated")]
+    lines = [line for line in out.splitlines() if line.startswith("atlas-a01/chat (conc ")]
+    assert len(lines) == 2 and all(" J (simulated): 4 NPU(s)" in line for line in lines), out
+    assert out.count("(simulated)") == 4  # the two J/token cells of the table and the two energy lines
+    result = json.loads((report / "result.json").read_text())
+    assert [r["power_label"] for r in result] == ["simulated", "simulated"]
+    assert "J/token (simulated)" in (report / "sweep_energy.svg").read_text()
+
+    # without the label: no word added, and --json says null
+    inventory.write_text(text)
+    code, out, err = run([str(inventory), *SMALL, "--pool", "chat", "--json"], monkeypatch, capsys)
+    assert code == 0, err
+    assert json.loads(out)["power_label"] is None and made[-1]["label"] is None

@@ -53,6 +53,7 @@ def test_knob_values_are_json_where_the_knob_takes_a_map_or_a_list() -> None:
         ("link_down", "link_down needs a value, e.g. link_down='[5]'"),
         ("dcmi_error=true", "dcmi_error: give an integer, not True"),
         ('installer_crash={"driver": 140}', "installer_crash: driver: give a percent 0..100"),
+        ('installer_slow={"driver": 0}', "installer_slow: driver: give the seconds each stage takes, 1..600"),
         ('npu_processes={"5": [{"pid": 1, "user": "x"}]}', 'npu_processes: give processes as [{"pid": 4242'),
         ("driver_version=24 1", "driver_version: give a driver version such as 24.1.rc2"),
     ],
@@ -145,6 +146,11 @@ def test_a_process_row_reads_as_the_real_capture() -> None:
 def test_npu_processes_knob_lists_live_processes_by_their_kernel_name() -> None:
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        # Popen may return before the child's exec: until then the kernel still names it as its parent
+        deadline = time.monotonic() + 10
+        while b"-c" not in Path(f"/proc/{holder.pid}/cmdline").read_bytes().split(b"\0"):
+            assert time.monotonic() < deadline, "the holder never started"
+            time.sleep(0.01)
         comm = Path(f"/proc/{holder.pid}/comm").read_text().strip()
         config = hardware.node_config(name="node1", index=1, npus=8)
         gone = 2**22 + 1  # above any pid_max: a process that no longer lives
@@ -157,6 +163,42 @@ def test_npu_processes_knob_lists_live_processes_by_their_kernel_name() -> None:
     info = npu_smi.parse_npu_smi_info(text)
     assert [(p.npu_id, p.pid, p.name, p.memory_mb) for p in info.processes] == [(5, holder.pid, comm, 512)]
     assert info.npu(5).hbm_used_mb == config["npus"][5]["hbm_used_mb"] + 512
+
+
+def _power_of_chip_5(holder: subprocess.Popen[bytes]) -> tuple[float, float]:
+    """(npu-smi info -t power -i 5, the chip's idle power_w) with ``holder`` holding chip 5."""
+    config = hardware.node_config(name="node1", index=1, npus=8)
+    config["faults"] = {"npu_processes": {"5": [{"pid": holder.pid, "memory_mb": 512}]}}
+    node = npusmi.Node(config, {"driver_version": "25.0.rc1.1"})
+    text = npusmi.info(node, ["-t", "power", "-i", "5"])
+    watts = npu_smi.parse_npu_smi_power(text).power_w
+    assert watts is not None, text
+    return watts, float(config["npus"][5]["power_w"])
+
+
+def test_npu_power_rises_with_the_load_of_the_process_that_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a node root of its own: the containers of simulated clusters running on this machine hold no chip here
+    monkeypatch.setenv("PROVISION_SIM_ROOT", str(tmp_path))
+    started = "print('started', flush=True)\n"
+    idle = subprocess.Popen(
+        [sys.executable, "-c", started + "import time; time.sleep(60)"], stdout=subprocess.PIPE
+    )
+    busy = subprocess.Popen([sys.executable, "-c", started + "while True: pass"], stdout=subprocess.PIPE)
+    try:
+        for process in (idle, busy):  # up and running: the interpreter's start-up is not the load measured
+            assert process.stdout is not None and process.stdout.readline() == b"started\n"
+        at_idle, idle_w = _power_of_chip_5(idle)
+        at_load, _ = _power_of_chip_5(busy)
+    finally:
+        for process in (idle, busy):
+            process.kill()
+            process.wait()
+    # one busy core of the machine's CPUs: a share of LOAD_W above the idle power; a sleeper draws idle power
+    assert at_idle == idle_w
+    cpus = len(os.sched_getaffinity(0))
+    assert idle_w + 10.0 < at_load <= idle_w + npusmi.LOAD_W / cpus + 1.0
 
 
 # -- state from the processes; power ------------------------------------------------------------------

@@ -24,10 +24,23 @@ Fault knobs (``faults`` in hardware.json; the tools read the file on every call)
 ``installer_crash``  ``{"driver": 40}`` (any component; or ``{"driver": {"percent": 40, "mode": "kill"}}``):
                      the installer writes the files of the earlier stages, then exits 1 with an ``[ERROR]``
                      line (``kill``: dies by SIGKILL, exit 137, no error line).
+``installer_slow``   ``{"driver": 20}`` (any component): each stage of the installer takes 20 s, as a real
+                     driver ``.run``'s DKMS build and copy take about a minute, so a power loss can land
+                     in the middle of the install (its files written stage by stage, ``version.info`` last).
 ``npu_processes``    ``{"5": [{"pid": 4242, "memory_mb": 512}]}``: processes npu-smi lists on chip 5 (its
                      process table, as in vllm-ascend#5606) while the PID lives, named as the kernel names
                      them (``/proc/PID/comm``) unless ``name`` is given; HBM usage grows by ``memory_mb``.
+``hbm_mb``           ``{"3": 256}``: chip 3's HBM capacity in MB (a smaller part than the model needs), its
+                     idle use scaled to it; what npu-smi, and so the serving role's pre-serve check, reads.
 :data:`KNOBS` types and checks every knob (``provision sim fault`` uses it).
+
+Power follows the load. A chip's ``power_w`` in hardware.json is its idle power; ``npu-smi info`` (the
+table, ``-t power``, ``-t common``, ``-t usages``) adds ``power_load_w`` (default 200 W) times the share of
+the CPUs that the chip's holders kept busy over 0.2 s, measured on each call. The holders are the live
+processes of the ``npu_processes`` knob and every process of a container given ``/dev/davinciN`` (through
+the Ascend Docker Runtime or ``docker run --device``): the real vLLM CPU engine that serves the pool, whose
+CPU use stands for the NPU's work. With no holder the call prints the idle power at once. The NPU-Exporter
+still reports the idle power.
 A missing prerequisite needs no knob: leave the package (pciutils, net-tools, dkms, gcc, make, kernel
 headers) or the ``HwHiAiUser`` account out of the node.
 
@@ -505,6 +518,22 @@ def _crash(value: object) -> dict[str, object]:
     return dict(value)
 
 
+def _slow(value: object) -> dict[str, int]:
+    if not isinstance(value, dict) or not value:
+        raise ValueError('give a JSON map of component to seconds per stage, e.g. {"driver": 20}')
+    for component, seconds in value.items():
+        if not isinstance(seconds, int) or isinstance(seconds, bool) or not 0 < seconds <= 600:
+            raise ValueError(f"{component}: give the seconds each stage takes, 1..600")
+    return dict(value)
+
+
+def _capacity(value: object) -> int:
+    number = _int(value)
+    if number <= 0:
+        raise ValueError(f"give the HBM capacity in MB, above 0, not {value!r}")
+    return number
+
+
 def _true(value: object) -> bool:
     if value is not True:
         raise ValueError("takes no value (or true)")
@@ -560,10 +589,22 @@ KNOBS: dict[str, Knob] = {
             _crash,
         ),
         Knob(
+            "installer_slow",
+            "'{\"driver\": 20}'",
+            "each stage of the driver .run takes 20 s (a power loss can land mid-install)",
+            _slow,
+        ),
+        Knob(
             "npu_processes",
             '\'{"5": [{"pid": 4242, "memory_mb": 512}]}\'',
             "npu-smi lists process 4242 on chip 5 while it lives",
             lambda v: _map(v, _processes),
+        ),
+        Knob(
+            "hbm_mb",
+            "'{\"3\": 256}'",
+            "npu-smi reports 256 MB of HBM on chip 3 (a smaller part; its idle use scaled to it)",
+            lambda v: _map(v, _capacity),
         ),
     )
 }

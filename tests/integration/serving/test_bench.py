@@ -4,22 +4,29 @@ real vLLM CPU engine, SmolLM2-135M, on both nodes):
 - ``bench URL``: one engine, the whole path (the server's tokenizer for the random prompts, streamed
   completions, usage counts, warm-ups left out), its JSON keys and sane values, every request's timings saved;
 - ``bench INVENTORY``: a sweep of every ready instance, its pool's NPUs sampled with ``npu-smi info -t
-  power`` over ansible-runner while it runs, J/token from their integral, the report folder with its plots;
-  then the regression gate against a baseline 20 % faster than that sweep (exit 1).
+  power`` over ansible-runner while it runs (the simulated NPUs draw more while the engine serves), J/token
+  from their integral labelled with the inventory's ``provision_power_label`` (``simulated``), the report
+  folder with its plots; then the regression gate against a baseline 20 % faster than that sweep (exit 1);
+- ``apply -p upgrade`` with ``vllm_serve_bench_gate`` and a baseline 20 % faster than the engine: node1's
+  changed instance passes its health gate, fails its bench gate, is rolled back, and the rollout stops
+  before node2, with a message naming the regressed metrics.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from provision.ascend.npu_smi import parse_npu_smi_power
 from provision_sim.serving import vllm_cpu as engine
 from tests.helpers import provision_cli
-from tests.integration.serving.cluster import API_KEY, POOL_NAME, Served
+from tests.integration.serving.cluster import API_KEY, POOL_NAME, UNIT, Served, complete
 
 pytestmark = [
     pytest.mark.cluster,
@@ -78,14 +85,16 @@ def test_bench_an_inventory_sweeps_each_instance_with_its_npus_energy_and_a_repo
         assert (run["completed"], run["failed"], run["total_output_tokens"]) == (4, 0, 32)
         assert run["power_npus"] == len(pool["devices"]) and run["power_coverage"] >= 0.9
         assert run["power_source"].startswith(f"npu-smi info -t power ({node} NPU ")
-        watts = sum(
+        idle = sum(
             parse_npu_smi_power(served.sh(node, "npu-smi", "info", "-t", "power", "-i", str(d))).power_w
             or 0.0
             for d in pool["devices"]
-        )
-        # the simulated NPUs draw a steady power: the integral is that power over the run
-        assert run["energy_j"] == pytest.approx(watts * run["duration"], rel=0.05)
+        )  # the engine idle again: the chips' idle power
+        # the simulated NPUs draw more while the engine serves: its CPU use puts a share of 200 W on top
+        mean_w = run["energy_j"] / run["duration"]
+        assert idle * 1.1 < mean_w <= (idle + 200.0 * len(pool["devices"])) * 1.05, (mean_w, idle)
         assert run["j_per_output_token"] == pytest.approx(run["energy_j"] / 32)
+        assert run["power_label"] == "simulated"  # the inventory `provision sim up` wrote says so
 
     # the report folder: the same runs, every request's timings, the plots
     assert json.loads((report / "result.json").read_text()) == runs
@@ -117,3 +126,59 @@ def test_bench_an_inventory_sweeps_each_instance_with_its_npus_energy_and_a_repo
     assert done.returncode == 1, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert f"against the baseline {baseline}" in done.stdout and "REGRESSED" in done.stdout
     assert f"regression beyond 10% of {baseline}: " in done.stdout
+
+
+GATE = {"num_prompts": 4, "fixed_output_len": 8, "max_concurrency": 2, "num_warmups": 1}
+ENV = f"/etc/provision/serve/{POOL_NAME}/env"
+
+
+def test_upgrade_bench_gate_rolls_a_regressed_batch_back_and_stops(served: Served, tmp_path: Path) -> None:
+    # the baseline: the gate's workload on both instances now, made 20 % faster than they are
+    args = ["bench", str(served.inventory), "--pool", POOL_NAME, "--dataset-name", "fixed", "--ignore-eos"]
+    args += ["--fixed-output-len", str(GATE["fixed_output_len"]), "--num-prompts", str(GATE["num_prompts"])]
+    args += ["--max-concurrency", str(GATE["max_concurrency"]), "--num-warmups", str(GATE["num_warmups"])]
+    done = provision_cli(*args, "--json", runs=served.runs, timeout=900)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    faster = [
+        r
+        | {
+            "output_throughput": r["output_throughput"] * 1.25,
+            "request_throughput": r["request_throughput"] * 1.25,
+            "p99_ttft_ms": r["p99_ttft_ms"] * 0.8,
+        }
+        for r in json.loads(done.stdout)
+    ]
+    baseline = tmp_path / "faster.json"
+    baseline.write_text(json.dumps(faster))
+
+    good = served.settings_file.read_text()
+    before = {node: served.sh(node, "cat", ENV) for node in ("node1", "node2")}
+    settings: dict[str, Any] = yaml.safe_load(good)
+    # a change that restarts the instance and serves as fast as before: only the bench gate can refuse it
+    settings["vllm_serve_env"] = {**settings.get("vllm_serve_env", {}), "PROVISION_BENCH_GATE_DRILL": "1"}
+    settings["vllm_serve_bench_gate"] = {"baseline": str(baseline), "max_regression": "10%", **GATE}
+    served.settings_file.write_text(yaml.safe_dump(settings))
+    try:
+        done = served.apply(playbook="upgrade")
+    finally:
+        served.settings_file.write_text(good)
+        if served.sh("node1", "cat", ENV) != before["node1"]:  # the gate let it through: back as it was
+            served.apply(playbook="serve")
+            served.wait_ready("node1")
+
+    out = done.stdout
+    assert done.returncode == 1, out[-5000:] + done.stderr[-3000:]
+    assert "FAILED node1: vllm_serve : Fail the host, naming both verdicts" in out, out[-5000:]
+    assert f"{UNIT} on node1 failed its health gate with the new configuration" in out
+    assert "was rolled back to the previous one, which is ready again" in out
+    gate_line = rf"bench gate of {re.escape(UNIT)}: regression beyond 10% of \S*{baseline.name}: "
+    verdict = re.search(gate_line + r"([^(\n]+) \(\d of 3 compared\)", out)
+    assert verdict is not None, out[-5000:]
+    assert set(verdict.group(1).split(", ")) <= {"output tok/s", "req/s", "p99 TTFT ms"}
+    assert "REGRESSED" in out
+    assert "node2" not in re.findall(r"FAILED (\S+):", out), "the rollout stopped before node2"
+
+    # the cluster as it was: node1 back on its configuration and serving, node2 never touched
+    assert served.sh("node1", "cat", ENV) == before["node1"]
+    assert served.sh("node2", "cat", ENV) == before["node2"]
+    assert complete(served.url("node1")).strip() and complete(served.url("node2")).strip()

@@ -19,8 +19,10 @@ prints the DCMI initialisation failure real hosts print and exits 1::
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -540,6 +542,15 @@ def hbm_used(npu: Mapping[str, Any]) -> int:
     return int(npu["hbm_used_mb"]) + sum(int(p.get("memory_mb", 0)) for p in npu.get("processes") or [])
 
 
+def _with_knob_hbm(config: Mapping[str, Any], npu: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The chip with the HBM capacity of the ``hbm_mb`` knob (a smaller part), its idle use scaled with it."""
+    capacity = (common.faults(dict(config)).get("hbm_mb") or {}).get(str(npu["id"]))
+    if capacity is None or not npu.get("hbm_total_mb"):
+        return npu
+    used = round(int(npu["hbm_used_mb"]) * int(capacity) / int(npu["hbm_total_mb"]))
+    return {**npu, "hbm_total_mb": int(capacity), "hbm_used_mb": used}
+
+
 def _with_knob_processes(config: Mapping[str, Any], npu: Mapping[str, Any]) -> Mapping[str, Any]:
     """The chip with the live processes of the ``npu_processes`` knob added to its own.
 
@@ -565,6 +576,85 @@ def _with_knob_processes(config: Mapping[str, Any], npu: Mapping[str, Any]) -> M
     return {**npu, "processes": [*(npu.get("processes") or []), *live]}
 
 
+LOAD_W = 200.0
+"""What a chip draws above its idle power (its ``power_w``) while the processes that hold it keep every CPU
+they may run on busy; ``power_load_w`` of a chip in hardware.json overrides it."""
+LOAD_WINDOW_S = 0.2
+"""How long one npu-smi call watches the holders' CPU time (only when some process holds a chip)."""
+
+
+def _cpu_ticks(proc: str, pid: int) -> int | None:
+    """utime + stime of ``pid`` (``/proc/PID/stat`` fields 14 and 15, after the parenthesised name)."""
+    try:
+        stat = Path(f"{proc}/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    try:
+        return int(fields[11]) + int(fields[12])
+    except (IndexError, ValueError):
+        return None
+
+
+def container_holders(proc: str, chip_ids: Iterable[int]) -> dict[int, list[int]]:
+    """Chip id -> the processes of containers given ``/dev/davinci<id>``: a process whose root is not
+    npu-smi's own and holds that device node (the Ascend Docker Runtime's ``ASCEND_VISIBLE_DEVICES`` and
+    ``docker run --device`` both put it there). The simulated engine runs on CPUs and never opens the
+    device, so the container that was given it stands for the holder."""
+    wanted = list(chip_ids)
+    found: dict[int, list[int]] = {}
+    try:
+        own = os.stat("/")
+        pids = [int(e) for e in os.listdir(proc) if e.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        root = f"{proc}/{pid}/root"
+        try:
+            there = os.stat(root)
+        except OSError:
+            continue
+        if (there.st_dev, there.st_ino) == (own.st_dev, own.st_ino):
+            continue
+        for chip in wanted:
+            if os.path.exists(f"{root}/dev/davinci{chip}"):
+                found.setdefault(chip, []).append(pid)
+    return found
+
+
+def chip_load(npus: Sequence[Mapping[str, Any]], window_s: float = LOAD_WINDOW_S) -> dict[int, float]:
+    """Chip id -> the share (0..1) of the CPUs its holders may use that they kept busy over ``window_s``.
+
+    The holders are the live processes of the ``npu_processes`` knob (real PIDs of the machine, as that
+    knob names them) and the processes of containers given the chip (:func:`container_holders`, read from
+    the node's ``/proc``). No holder: no chip is loaded, and the call does not wait."""
+    holders = container_holders(str(common.host_path("/proc")), [int(n["id"]) for n in npus])
+    for n in npus:
+        for p in n.get("processes") or []:
+            holders.setdefault(int(n["id"]), []).append(int(p["pid"]))
+    pids = sorted({pid for group in holders.values() for pid in group})
+    if not pids:
+        return {}
+    cpus: set[int] = set()
+    for pid in pids:
+        try:
+            cpus |= os.sched_getaffinity(pid)
+        except OSError:
+            continue
+    before = {pid: _cpu_ticks("/proc", pid) for pid in pids}
+    started = time.monotonic()
+    time.sleep(window_s)
+    after = {pid: _cpu_ticks("/proc", pid) for pid in pids}
+    elapsed = time.monotonic() - started
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    busy: dict[int, float] = {}
+    for pid in pids:
+        a, b = before[pid], after[pid]
+        busy[pid] = (b - a) / tick if a is not None and b is not None else 0.0
+    capacity = elapsed * max(len(cpus), 1)
+    return {chip: min(1.0, sum(busy[p] for p in set(group)) / capacity) for chip, group in holders.items()}
+
+
 def compatibility(driver_fw_range: Sequence[str] | None, firmware: str) -> str:
     if not driver_fw_range or len(driver_fw_range) != 2:
         return "OK"
@@ -579,9 +669,20 @@ class Node:
     def __init__(self, config: Mapping[str, Any], loaded: Mapping[str, Any]) -> None:
         self.config = config
         self.loaded = loaded
-        self.npus: list[Mapping[str, Any]] = [_with_knob_processes(config, n) for n in config["npus"]]
+        self.npus: list[Mapping[str, Any]] = [
+            _with_knob_processes(config, _with_knob_hbm(config, n)) for n in config["npus"]
+        ]
         self.hardware = str(config.get("hardware_model", "a2"))
         self.per = int(config.get("chips_per_npu", 1))
+        self._load: dict[int, float] | None = None
+
+    def power_w(self, n: Mapping[str, Any]) -> float:
+        """The chip's power now: its idle ``power_w`` plus ``power_load_w`` (default :data:`LOAD_W`) times
+        the load of the processes that hold it (:func:`chip_load`, measured once per call of npu-smi)."""
+        if self._load is None:
+            self._load = chip_load(self.npus)
+        share = self._load.get(int(n["id"]), 0.0)
+        return round(float(n["power_w"]) + float(n.get("power_load_w", LOAD_W)) * share, 1)
 
     @staticmethod
     def npu_id(n: Mapping[str, Any]) -> int:
@@ -608,7 +709,7 @@ class Node:
             "name": self.config["model"],
             "health": status,
             # an A3 prints no power for the second die of an NPU (vllm-ascend#5850)
-            "power_w": "-" if self.hardware == "a3" and chip == 1 else float(n["power_w"]),
+            "power_w": "-" if self.hardware == "a3" and chip == 1 else self.power_w(n),
             "temp_c": n["temp_c"],
             "bus_id": n["bus_id"],
             "aicore_pct": n.get("aicore_pct", 0),
@@ -675,7 +776,7 @@ class Node:
             "aicore_freq_mhz": n.get("aicore_freq_mhz", 1800),
             "aicore_count": n.get("aicore_count", 20),
             "temp_c": n["temp_c"],
-            "power_w": float(n["power_w"]),
+            "power_w": self.power_w(n),
         }
 
 
@@ -774,7 +875,8 @@ def info(node: Node, args: Sequence[str]) -> str:
     chip_id = int(n["id"])  # the chip's logic id: the fault knobs name chips by it
     card = node.npu_id(n)
     multi = node.hardware != "a2" and "c" not in opts
-    values = [node.usage_values(c) for c in node.chips(card)]
+    # the chips' values only where a multi-chip output prints them: their power measures the holders' load
+    values = [node.usage_values(c) for c in node.chips(card)] if multi else []
     if t == "board":
         b = node.board(n)
         return render_board_chip(b) if "c" in opts else render_board(b)
@@ -801,7 +903,7 @@ def info(node: Node, args: Sequence[str]) -> str:
             # A 310P card's power comes from its MCU alone; it is not the chips' sum (no capture of it).
             duo = round(sum(v["power_w"] for v in values) * 0.4, 1) if node.hardware == "300i-duo" else None
             return render_power_chips(card, values, duo)
-        return render_power(card, float(n["power_w"]))
+        return render_power(card, node.power_w(n))
     # memory
     return (
         "\n".join(
