@@ -13,9 +13,12 @@ On a 2-node simulated cluster whose nodes run the REAL vLLM CPU engine (SmolLM2-
 For 3 and 4 it prints how long each node did not answer (its longest run of failed requests, from the
 first failure to the next success) and the longest time during which NO node answered (from the request
 log: the availability the rolling upgrade is meant to keep; 0 s means a client with both addresses always
-had one that answered).
+had one that answered). Meanwhile a steady load (``--workers`` clients, completions back to back) goes
+through HAProxy (Debian's, started here on loopback, stopped by its PID; ``provision_sim.serving.balancer``)
+in front of both engines, health-checking each node's readiness endpoint: the role drains an instance before
+it restarts, so a client of the balancer should see no failure. Printed: requests sent, failed, p50/p99.
 
-    .venv/bin/python benchmarks/serve_rollout.py [--pause 1.0] [--json]
+    .venv/bin/python benchmarks/serve_rollout.py [--pause 1.0] [--workers 2] [--json]
 
 Needs root and systemd-nspawn (the simulated cluster) and the prepared engine (done here when missing);
 about 6-8 minutes on 2 cores, ~7.5 GB of memory while both engines run.
@@ -39,10 +42,19 @@ import yaml
 
 from provision_sim.cluster import Cluster
 from provision_sim.serving import vllm_cpu as engine
+from provision_sim.serving.balancer import HAProxy, Load
 from provision_sim.serving.setup import engine_binds, smollm2_profile
 
 PORT = 8000
+READY_PORT = 8099  # vllm_serve_ready_port's default
 POOL = {"name": "smol", "devices": [0], "port": PORT, "profile": "smollm2-cpu"}
+# The balancer's checks, and the role's waits that follow them.
+INTER_S, FALL, RISE = 1.0, 2, 2
+LB_VARS = {
+    "vllm_serve_lb_check_interval_s": INTER_S,
+    "vllm_serve_lb_check_fall": FALL,
+    "vllm_serve_lb_check_rise": RISE,
+}
 
 
 def profile(**changes: Any) -> dict[str, Any]:
@@ -123,17 +135,26 @@ def outages(log: list[tuple[float, str, bool]], urls: list[str]) -> dict[str, fl
 
 
 def upgrade(
-    cluster: Cluster, inventory: Path, runs: Path, settings: dict[str, Any], pause: float
+    cluster: Cluster,
+    inventory: Path,
+    runs: Path,
+    settings: dict[str, Any],
+    pause: float,
+    lb: HAProxy,
+    workers: int,
 ) -> dict[str, Any]:
     (inventory.parent / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(settings))
     urls = [f"http://{node.ip}:{PORT}" for node in cluster.nodes]
+    lb.wait_up([node.name for node in cluster.nodes])
     client = Client(urls, pause)
     client.start()
-    rc, seconds, output = provision(inventory, "upgrade", runs)
+    with Load(lb.url, workers=workers) as load:
+        rc, seconds, output = provision(inventory, "upgrade", runs)
     client.stop.set()
     client.join(30)
     down = outages(client.log, urls)
     return {
+        "through_haproxy": load.summary(),
         "rc": rc,
         "seconds": round(seconds, 1),
         "requests": len(client.log),
@@ -150,6 +171,7 @@ def upgrade(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between two client requests")
+    parser.add_argument("--workers", type=int, default=2, help="clients sending through HAProxy")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     engine.prepare(progress=lambda text: print(text, file=sys.stderr))
@@ -169,6 +191,7 @@ def main() -> int:
                 "vllm_serve_mode": "service",  # the engine from its venv, as measured in docs/serving.md
                 "vllm_serve_venv": str(engine.engine_venv()),
                 "vllm_serve_profiles": {"smollm2-cpu": profile()},
+                **LB_VARS,
             }
             (Path(folder) / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(base))
             for step in ("first_apply", "repeat_apply"):
@@ -177,10 +200,28 @@ def main() -> int:
                     print(output, file=sys.stderr)
                     return 1
                 results[step] = {"rc": rc, "seconds": round(seconds, 1)}
-            good = {**base, "vllm_serve_profiles": {"smollm2-cpu": profile(max_model_len=2048)}}
-            results["good_upgrade"] = upgrade(cluster, inventory, runs, good, args.pause)
-            broken = {**good, "vllm_serve_profiles": {"smollm2-cpu": profile(extra_args=["--no-such-flag"])}}
-            results["broken_upgrade"] = upgrade(cluster, inventory, runs, broken, args.pause)
+            servers = {node.name: f"{node.ip}:{PORT}" for node in cluster.nodes}
+            balancer = HAProxy(
+                Path(folder) / "lb",
+                servers,
+                pool="smol",
+                ready_port=READY_PORT,
+                inter_s=INTER_S,
+                fall=FALL,
+                rise=RISE,
+            )
+            with balancer as lb:
+                good = {**base, "vllm_serve_profiles": {"smollm2-cpu": profile(max_model_len=2048)}}
+                results["good_upgrade"] = upgrade(
+                    cluster, inventory, runs, good, args.pause, lb, args.workers
+                )
+                broken = {
+                    **good,
+                    "vllm_serve_profiles": {"smollm2-cpu": profile(extra_args=["--no-such-flag"])},
+                }
+                results["broken_upgrade"] = upgrade(
+                    cluster, inventory, runs, broken, args.pause, lb, args.workers
+                )
     finally:
         cluster.down()
     if args.json:
@@ -194,6 +235,11 @@ def main() -> int:
             f"{step.replace('_', ' ')}: rc {r['rc']}, {r['seconds']} s, {r['requests']} requests, "
             f"failed {r['failed']}, longest down {r['longest_down_s']}, "
             f"no node answering {r['no_node_answering_s']} s" + (", rolled back" if r["rolled_back"] else "")
+        )
+        lb = r["through_haproxy"]
+        print(
+            f"  through HAProxy ({args.workers} clients): sent {lb['sent']}, failed {lb['failed']}, "
+            f"p50 {lb['p50_s'] * 1000:.0f} ms, p99 {lb['p99_s'] * 1000:.0f} ms"
         )
     return 0
 

@@ -64,10 +64,54 @@ def provision_serve_group_outcomes(
     return group_outcomes(instances, partial(host_var, hostvars), rollback=bool(rollback))
 
 
+def provision_serve_replicas(hosts: Sequence[str], hostvars: Any) -> list[dict[str, Any]]:
+    """The single-node instances of ``hosts`` (host, pool, model, address, port) from their inventory
+    variables (:func:`provision.serving.rollout.replicas`), for the readiness probes of a rolling batch."""
+    from ansible.errors import AnsibleFilterError
+
+    from provision.errors import InputError
+    from provision.inventory.load import host_var
+    from provision.serving.rollout import replicas
+
+    try:
+        return replicas([str(h) for h in hosts], partial(host_var, hostvars))
+    except (InputError, ValueError) as exc:
+        raise AnsibleFilterError(f"provision_serve_replicas: {exc}") from exc
+
+
+def provision_serve_last_replicas(
+    known: Sequence[Mapping[str, Any]],
+    probes: Sequence[Mapping[str, Any]],
+    fallback: Sequence[Mapping[str, Any]],
+    batch: Sequence[str],
+    hostvars: Any,
+) -> list[str]:
+    """Why this batch must not start (:func:`provision.serving.rollout.last_replicas`); empty: it may.
+    ``probes``: the ``uri`` results of each replica's readiness endpoint (200 = in rotation); ``fallback``:
+    those of the engines' ``/health`` for the replicas whose readiness endpoint did not answer (a node the
+    role has not reached since it installs one). Restarting: each batch host's ``__vllm_serve_snapshot``."""
+    from provision.inventory.load import host_var
+    from provision.serving.rollout import last_replicas
+
+    ready = {
+        (str(r["item"]["host"]), str(r["item"]["pool"]))
+        for r in [*probes, *fallback]
+        if not r.get("skipped") and r.get("status") == 200
+    }
+    restarting = {
+        (str(host), str(pool))
+        for host in batch
+        for pool in host_var(hostvars, str(host), "__vllm_serve_snapshot") or []
+    }
+    return last_replicas(known, ready, restarting)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "provision_serve_group_members": provision_serve_group_members,
             "provision_serve_batches": provision_serve_batches,
             "provision_serve_group_outcomes": provision_serve_group_outcomes,
+            "provision_serve_replicas": provision_serve_replicas,
+            "provision_serve_last_replicas": provision_serve_last_replicas,
         }
