@@ -98,7 +98,7 @@ def test_inventory_keeps_host_key_checking_on() -> None:
     host_line = next(line for line in lines if line.startswith("node1 "))
     assert host_line == (
         f"node1 ansible_host=10.200.7.11 ansible_user=root ansible_ssh_private_key_file={folder}/id_ed25519"
-        " ansible_python_interpreter=/usr/bin/python3"
+        " ansible_python_interpreter=/usr/bin/python3 provision_power_label=simulated"
         f" ansible_ssh_common_args='-o UserKnownHostsFile={folder}/known_hosts -o ControlPath={folder}/cp/%h'"
     )
     assert "StrictHostKeyChecking=no" not in cluster.inventory()

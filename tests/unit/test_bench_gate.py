@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,8 @@ def _ansible(tmp_path: Path, port: int, args: dict[str, Any]) -> subprocess.Comp
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     return subprocess.run(
         [
-            *(str(ROOT / ".venv/bin/ansible"), "localhost", "-i", "localhost,", "-c", "local"),
+            # the interpreter's own ansible (a CI variant runs in a venv of its own)
+            *(str(Path(sys.executable).with_name("ansible")), "localhost", "-i", "localhost,", "-c", "local"),
             *("-m", "provision.ascend.vllm_bench_gate", "-a", json.dumps(args)),
             *("-e", f"@{tmp_path / 'vars.json'}"),
         ],
