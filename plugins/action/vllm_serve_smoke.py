@@ -57,25 +57,19 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         deadline = time.monotonic() + timeout_s
         count: int | None = None
         seen = ""
+        first = ""
         while True:
-            show = [
-                "systemctl",
-                "show",
-                "-p",
-                "ActiveState",
-                "-p",
-                "InvocationID",
-                "-p",
-                "ExecMainStartTimestamp",
-            ]
-            state = parse_show(self._run(shlex.join([*show, unit]))[1])
+            show = [arg for prop in smoke.UNIT_SHOW for arg in ("-p", prop)]
+            state = parse_show(self._run(shlex.join(["systemctl", "show", *show, unit]))[1])
             invocation = state.get("InvocationID", "")
             if before and invocation == before:
                 result["msg"] = f"{unit}: not (re)started in this run, smoke-tested when it was"
                 return result
-            if state.get("ActiveState") not in ("active", "activating"):
-                result["msg"] = f"{unit}: {state.get('ActiveState')}, not running: its health gate says why"
+            gone = smoke.not_running(unit, state, first)
+            if gone:
+                result["msg"] = gone
                 return result
+            first = first or invocation
             if count is None:
                 rc, out, err = self._run(shlex.join([engine, "exec", container, *smoke.exec_argv()]))
                 verdict = smoke.read_count(rc, out, err, devices, container)

@@ -383,6 +383,26 @@ def test_the_device_count_must_be_the_pools() -> None:
     )
 
 
+def test_an_instance_that_cannot_start_is_left_to_its_health_gate() -> None:
+    # `docker run` of an image that cannot start exits at once; Restart=on-failure then waits, and
+    # `docker exec` would say "No such container" until the smoke's time ran out, hiding the cause
+    unit = "vllm-chat.service"
+    running = {"ActiveState": "active", "SubState": "running", "InvocationID": "a1"}
+    assert smoke.not_running(unit, running, "") == ""
+    assert smoke.not_running(unit, running, "a1") == ""
+    waiting = {"ActiveState": "activating", "SubState": "auto-restart", "InvocationID": "a1"}
+    assert smoke.not_running(unit, waiting, "a1") == (
+        "vllm-chat.service: activating/auto-restart, not running: its health gate says why"
+    )
+    assert "failed/failed, not running" in smoke.not_running(
+        unit, {"ActiveState": "failed", "SubState": "failed"}, "a1"
+    )
+    again = {"ActiveState": "active", "SubState": "running", "InvocationID": "b2"}
+    assert smoke.not_running(unit, again, "a1").startswith(
+        "vllm-chat.service: restarted while the smoke waited"
+    )
+
+
 def test_the_smoke_command_runs_against_the_simulated_torch_npu(tmp_path: Path) -> None:
     # what `docker exec` runs in the sim's image: its Python, its torch_npu on PYTHONPATH (a bare torch here)
     (tmp_path / "torch.py").write_text("")
