@@ -220,10 +220,12 @@ def test_fault_drills_fire_their_alerts_within_for_and_resolve(monitored: Monito
     assert prometheus.api("alerts")["alerts"] == [], "nothing pending before the drills"
     begun = time.monotonic()
     hardware.set_faults(root, {"npu_health": {str(npu): "Critical"}})
-    served.sh("node2", "systemctl", "stop", UNIT)  # returns once the engine's port is closed
+    # Each window counts from before its stop was sent: a scrape may see the port closed before the
+    # command's SSH round trip returns, so the moment it returns is later than the fault began.
     stopped = time.monotonic()
-    served.sh("node2", "systemctl", "stop", EXPORTER_UNIT)  # node2's: node1's reports the NPU fault
+    served.sh("node2", "systemctl", "stop", UNIT)  # returns once the engine's port is closed
     exporter_stopped = time.monotonic()
+    served.sh("node2", "systemctl", "stop", EXPORTER_UNIT)  # node2's: node1's reports the NPU fault
     try:
         # the NPU: health 0 within -updateTime and a scrape, pending, firing once for: has passed
         unhealthy = {"host": "node1", "id": str(npu), "pool": POOL_NAME}
