@@ -564,6 +564,12 @@ class Prometheus:
         result: list[dict[str, Any]] = self.api("query", query=expr)["result"]
         return result
 
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        """A matrix: each series' ``metric`` and its ``values`` (``[[unix time, "value"], ...]``)."""
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        result: list[dict[str, Any]] = self.api("query_range", **params)["result"]
+        return result
+
     def targets(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.api("targets", state="active")["activeTargets"]
         return found

@@ -82,3 +82,26 @@ def test_every_query_names_real_metrics() -> None:
     known = known_metrics()
     for expr in _exprs():
         assert not metric_names(expr) - known, expr
+
+
+def test_the_renderer_draws_each_panel_from_its_query_range(tmp_path: Path) -> None:
+    from tests.integration.serving.dashboard import finite_points, legend, render
+
+    assert legend("{{host}} NPU {{ id }} ({{pool}})", {"host": "node1", "id": "3"}) == "node1 NPU 3 ()"
+    assert finite_points([[1, "0.5"], [2, "NaN"], [3, "+Inf"], [4, "2"]]) == [(1.0, 0.5), (4.0, 2.0)]
+    asked: list[str] = []
+
+    def query_range(expr: str) -> list[dict[str, Any]]:
+        asked.append(expr)
+        if "kv_cache" in expr:  # a panel whose only series has no finite point draws nothing
+            return [{"metric": {"host": "node1"}, "values": [[100, "NaN"]]}]
+        return [{"metric": {"host": h}, "values": [[100, "1"], [102, "2"]]} for h in ("node1", "node2")]
+
+    out = tmp_path / "dashboard.png"
+    drawn = render(_dashboard(), query_range, out, title="test")
+    assert sorted(asked) == sorted(_exprs())  # each query once
+    kv = next(p["title"] for p in _dashboard()["panels"] if "kv_cache" in p["targets"][0]["expr"])
+    assert drawn.pop(kv) == 0
+    two_queries = {p["title"] for p in _dashboard()["panels"] if len(p["targets"]) == 2}
+    assert drawn == {title: 4 if title in two_queries else 2 for title in drawn}
+    assert out.read_bytes().startswith(b"\x89PNG")

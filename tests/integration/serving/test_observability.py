@@ -8,7 +8,10 @@ npu-smi, docker and the real vLLM CPU engine on both nodes, ``cluster.py``):
    and the collection's rules; the scrape interval is the role's variable, 2 s here), scrapes the exporters
    and the engines over the cluster network: every target up, the engine's and the exporter's series per
    host and pool.
-3. Fault drills, at once so that their ``for:`` windows overlap: an NPU of node1 made unhealthy fires
+3. Every panel of the collection's Grafana dashboard, after a few completions on each node, answers with
+   finite values for both hosts, and is drawn from this Prometheus (``dashboard.py``; with
+   ``PROVISION_DASHBOARD_PNG=docs/observability-dashboard.png`` the figure of the docs).
+4. Fault drills, at once so that their ``for:`` windows overlap: an NPU of node1 made unhealthy fires
    ``NpuUnhealthy`` after its real ``for:`` and resolves once cleared; node2's engine stopped fires
    ``VllmEngineDown`` after its ``for:`` and resolves once it serves again; node2's NPU-Exporter stopped
    fires ``NpuExporterDown`` after its ``for:`` and resolves once it is started again. The cluster is left
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -32,7 +37,8 @@ import yaml
 from provision.paths import ansible_root
 from provision_sim import hardware
 from tests.helpers import Prometheus, journals, json_summary, mirror_vars
-from tests.integration.serving.cluster import POOL_NAME, PORT, UNIT, Served
+from tests.integration.serving.cluster import POOL_NAME, PORT, UNIT, Served, complete
+from tests.integration.serving.dashboard import render
 
 pytestmark = [
     pytest.mark.cluster,
@@ -46,6 +52,7 @@ EXPORTER_PORT = 8082  # the role's default, the vendor's
 INTERVAL_S = 2  # monitoring_scrape_interval for this Prometheus (scrape and rule evaluation)
 UPDATE_S = 5  # the exporter's -updateTime (the role's default): a fault shows within this
 RULES = ansible_root() / "roles" / "monitoring" / "files" / "rules"
+DASHBOARD = ansible_root() / "roles" / "monitoring" / "files" / "dashboards" / "provision-fleet.json"
 NODES = ("node1", "node2")
 
 
@@ -203,6 +210,42 @@ def test_prometheus_has_every_target_up_and_the_series_per_host_and_pool(monitor
         assert slo[node]["metric"]["pool"] == POOL_NAME and float(slo[node]["value"][1]) == 2.0, slo
     assert prometheus.api("alerts")["alerts"] == [], "a healthy cluster has no alert pending"
     monitored.timings["series"] = time.monotonic() - begun
+
+
+def test_every_dashboard_panel_shows_both_hosts_and_is_drawn(monitored: Monitored, tmp_path: Path) -> None:
+    prometheus, served = monitored.prometheus, monitored.served
+    begun = time.monotonic()
+    for node in NODES:  # the rates and latency quantiles need requests inside their windows
+        for _ in range(3):
+            assert complete(served.url(node))
+    dashboard = json.loads(DASHBOARD.read_text())
+    targets = [(panel["title"], t["expr"]) for panel in dashboard["panels"] for t in panel["targets"]]
+    missing: dict[str, set[str]] = {}
+
+    def every_query_answers_for_both_hosts() -> bool:
+        missing.clear()
+        for title, expr in targets:
+            answered = prometheus.query(expr)
+            hosts = {s["metric"].get("host") for s in answered if math.isfinite(float(s["value"][1]))}
+            if not set(NODES) <= hosts:
+                missing[f"{title}: {expr}"] = set(NODES) - hosts
+        return not missing
+
+    # two scrapes after the requests make a rate; then every panel has its values (else: which lack which)
+    prometheus.wait(f"every dashboard query for {NODES}", every_query_answers_for_both_hosts, 60)
+    assert not missing, missing
+    out = Path(os.environ.get("PROVISION_DASHBOARD_PNG") or tmp_path / "dashboard.png")
+    end = time.time()
+    drawn = render(
+        dashboard,
+        lambda expr: prometheus.query_range(expr, end - 600, end, INTERVAL_S),
+        out,
+        title="provision-fleet on the simulated 2-node cluster (real vLLM CPU engines, simulated NPUs)",
+    )
+    assert set(drawn) == {panel["title"] for panel in dashboard["panels"]}
+    assert all(count >= len(NODES) for count in drawn.values()), drawn
+    assert out.read_bytes().startswith(b"\x89PNG"), out
+    monitored.timings["dashboard"] = time.monotonic() - begun
 
 
 def test_fault_drills_fire_their_alerts_within_for_and_resolve(monitored: Monitored) -> None:
