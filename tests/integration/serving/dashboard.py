@@ -3,7 +3,8 @@
 Grafana itself is not installed here (AGPL; it is the user's), so the observability test renders what
 Grafana would show: each panel's queries over a time range (``/api/v1/query_range``), one line per series,
 named by the panel's ``legendFormat``, placed by its ``gridPos`` (24 columns). The figure in
-``docs/observability.md`` comes from this, on the shared serving cluster (``PROVISION_DASHBOARD_PNG``).
+``docs/observability.md`` comes from this, on the shared serving cluster: with ``PROVISION_DASHBOARD_PNG``
+set, the observability module draws the whole of its Prometheus' history there once its drills are done.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def render(dashboard: dict[str, Any], query_range: QueryRange, out: Path, title:
                 count += 1
                 name = legend(target.get("legendFormat", ""), series["metric"])
                 xs = [t - started for t, _ in points]
-                axes.plot(xs, [v for _, v in points], label=name if count <= _MAX_LEGEND else None)
+                label = name if count <= _MAX_LEGEND else None
+                axes.plot(xs, [v for _, v in points], marker=".", markersize=3, linewidth=1, label=label)
         unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
         axes.set_title(f"{panel['title']}" + (f" ({unit})" if unit and unit != "none" else ""), fontsize=10)
         axes.set_xlabel("s", fontsize=8)

@@ -10,7 +10,7 @@ npu-smi, docker and the real vLLM CPU engine on both nodes, ``cluster.py``):
    host and pool.
 3. Every panel of the collection's Grafana dashboard, after a few completions on each node, answers with
    finite values for both hosts, and is drawn from this Prometheus (``dashboard.py``; with
-   ``PROVISION_DASHBOARD_PNG=docs/observability-dashboard.png`` the figure of the docs).
+   ``PROVISION_DASHBOARD_PNG=PATH`` the module's whole history is drawn there at its end: the docs' figure).
 4. Fault drills, at once so that their ``for:`` windows overlap: an NPU of node1 made unhealthy fires
    ``NpuUnhealthy`` after its real ``for:`` and resolves once cleared; node2's engine stopped fires
    ``VllmEngineDown`` after its ``for:`` and resolves once it serves again; node2's NPU-Exporter stopped
@@ -54,6 +54,7 @@ UPDATE_S = 5  # the exporter's -updateTime (the role's default): a fault shows w
 RULES = ansible_root() / "roles" / "monitoring" / "files" / "rules"
 DASHBOARD = ansible_root() / "roles" / "monitoring" / "files" / "dashboards" / "provision-fleet.json"
 NODES = ("node1", "node2")
+FIGURE_TITLE = "provision-fleet on the simulated 2-node cluster (real vLLM CPU engines, simulated NPUs)"
 
 
 def rule_for_s(alert: str) -> float:
@@ -119,8 +120,18 @@ def monitored(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Itera
     second = json_summary(served.apply(*args, playbook="monitoring"), "second apply -p monitoring")
     timings["second apply"] = time.monotonic() - begun
     prometheus = Prometheus(dropin / "prometheus.yml", tmp_path_factory.mktemp("prometheus")).start()
+    started = time.time()
     try:
         yield Monitored(served, dropin, first, second, (gets, exporter_gets(served)), prometheus, timings)
+        figure = os.environ.get("PROVISION_DASHBOARD_PNG")
+        if figure:  # the docs' figure: the module's whole history, its fault drills included
+            end = time.time()
+            render(
+                json.loads(DASHBOARD.read_text()),
+                lambda expr: prometheus.query_range(expr, started, end, INTERVAL_S),
+                Path(figure),
+                title=FIGURE_TITLE + ", through the fault drills",
+            )
     finally:
         prometheus.stop()
         print("\nobservability: " + ", ".join(f"{what} {s:.1f} s" for what, s in timings.items()))
@@ -234,13 +245,13 @@ def test_every_dashboard_panel_shows_both_hosts_and_is_drawn(monitored: Monitore
     # two scrapes after the requests make a rate; then every panel has its values (else: which lack which)
     prometheus.wait(f"every dashboard query for {NODES}", every_query_answers_for_both_hosts, 60)
     assert not missing, missing
-    out = Path(os.environ.get("PROVISION_DASHBOARD_PNG") or tmp_path / "dashboard.png")
+    out = tmp_path / "dashboard.png"
     end = time.time()
     drawn = render(
         dashboard,
         lambda expr: prometheus.query_range(expr, end - 600, end, INTERVAL_S),
         out,
-        title="provision-fleet on the simulated 2-node cluster (real vLLM CPU engines, simulated NPUs)",
+        title=FIGURE_TITLE,
     )
     assert set(drawn) == {panel["title"] for panel in dashboard["panels"]}
     assert all(count >= len(NODES) for count in drawn.values()), drawn
