@@ -90,6 +90,9 @@ class HAProxy:
             "    timeout connect 5s",
             "    timeout client 120s",
             "    timeout server 120s",
+            # Without it a check must finish within `inter` (HAProxy's rule when `timeout check` is unset):
+            # at 200 ms a loaded machine's slow readiness answer read as a failed check, and a server flapped.
+            "    timeout check 2s",
             "    retries 0",
             "frontend serve",
             f"    bind {self.bind}:{self.port}",
