@@ -61,11 +61,20 @@ class UnitWatch:
     every ``every_s`` seconds: a refused connect costs microseconds, an SSH round trip does not.
     """
 
-    def __init__(self, run: Callable[[str], dict[str, Any]], unit: str, *, every_s: float, track_pid: bool):
+    def __init__(
+        self,
+        run: Callable[[str], dict[str, Any]],
+        unit: str,
+        *,
+        every_s: float,
+        track_pid: bool,
+        extra: tuple[str, ...] = (),
+    ):
         self._run = run
         self.unit = unit
         self.every_s = every_s
         self.track_pid = track_pid
+        self.extra = extra  # more properties to read with each ask (``state``)
         self.first_pid: str | None = None
         self.state: dict[str, str] = {}
         self._asked_at: float | None = None
@@ -76,7 +85,7 @@ class UnitWatch:
         # ansible.errors would cost each ~0.1 s.
         from ansible.errors import AnsibleActionFail
 
-        props = " ".join(f"-p {name}" for name in SHOW)
+        props = " ".join(f"-p {name}" for name in (*SHOW, *self.extra))
         done = self._run(f"systemctl show {props} {shlex.quote(self.unit)}")
         if done.get("rc", 1) != 0:
             raise AnsibleActionFail(
@@ -96,6 +105,21 @@ class UnitWatch:
         if self._asked_at is None or time.monotonic() - self._asked_at >= self.every_s:
             self.refresh()
         return self._alive
+
+    def gone(self) -> str:
+        """Empty while the unit runs or is still starting (``ExecStartPre``); else what it is now, from the
+        last ask: stopped, failed, waiting to restart (``Restart=on-failure``), or running another main
+        process than the first seen (``track_pid``: it restarted, the engine exited)."""
+        starting = (
+            self.state.get("ActiveState") == "activating" and self.state.get("SubState") != "auto-restart"
+        )
+        if self._alive or starting:
+            return ""
+        pid = self.state.get("MainPID", "0")
+        restarted = self.track_pid and self.first_pid is not None and pid not in ("", "0", self.first_pid)
+        return f"{self.unit}: {describe_unit(self.state)}" + (
+            ", restarted since first seen" if restarted else ""
+        )
 
     def journal(self, lines: int) -> list[str]:
         unit = shlex.quote(self.unit)

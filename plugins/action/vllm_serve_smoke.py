@@ -22,7 +22,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from provision.serving import smoke
-from provision.systemd import parse_show
+from provision.systemd import UnitWatch
 
 _POLL_S = 2.0
 
@@ -57,19 +57,26 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         deadline = time.monotonic() + timeout_s
         count: int | None = None
         seen = ""
-        first = ""
+        # Liveness as the health gate reads it (provision.systemd): an instance that stopped, waits to
+        # restart (a container that cannot start loops there, and `docker exec` would only ever say "No such
+        # container") or restarted while the smoke waited is the gate's to explain: it reads the journal
+        # and rolls a changed instance back.
+        watch = UnitWatch(
+            lambda command: self._low_level_execute_command(command, sudoable=True),
+            unit,
+            every_s=0.0,
+            track_pid=True,
+            extra=smoke.UNIT_EXTRA,
+        )
         while True:
-            show = [arg for prop in smoke.UNIT_SHOW for arg in ("-p", prop)]
-            state = parse_show(self._run(shlex.join(["systemctl", "show", *show, unit]))[1])
-            invocation = state.get("InvocationID", "")
-            if before and invocation == before:
+            state = watch.refresh()
+            if before and state.get("InvocationID", "") == before:
                 result["msg"] = f"{unit}: not (re)started in this run, smoke-tested when it was"
                 return result
-            gone = smoke.not_running(unit, state, first)
+            gone = watch.gone()
             if gone:
-                result["msg"] = gone
+                result["msg"] = f"{gone}: its health gate says why"
                 return result
-            first = first or invocation
             if count is None:
                 rc, out, err = self._run(shlex.join([engine, "exec", container, *smoke.exec_argv()]))
                 verdict = smoke.read_count(rc, out, err, devices, container)

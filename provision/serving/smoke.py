@@ -102,22 +102,8 @@ def read_count(rc: int, stdout: str, stderr: str, devices: int, container: str) 
     return Verdict(ok=True, count=count)
 
 
-UNIT_SHOW = ("ActiveState", "SubState", "InvocationID", "ExecMainStartTimestamp")
-"""What the smoke asks ``systemctl show`` about the instance's unit on each poll."""
-
-
-def not_running(unit: str, state: dict[str, str], first_invocation: str) -> str:
-    """Why the instance is no longer one the smoke can ask (empty while it runs): its unit stopped or
-    failed, waits to restart (``Restart=on-failure``: a container that cannot start loops here, and
-    ``docker exec`` would only ever say *No such container*), or restarted since the smoke began. Each is
-    the health gate's to explain: it reads the journal and rolls a changed instance back."""
-    active, sub = state.get("ActiveState", ""), state.get("SubState", "")
-    invocation = state.get("InvocationID", "")
-    if active not in ("active", "activating") or sub == "auto-restart":
-        return f"{unit}: {active}/{sub}, not running: its health gate says why"
-    if first_invocation and invocation and invocation != first_invocation:
-        return f"{unit}: restarted while the smoke waited (the engine exited): its health gate says why"
-    return ""
+UNIT_EXTRA = ("InvocationID", "ExecMainStartTimestamp")
+"""Read with the unit's state on each poll: which start it is, and since when its journal counts."""
 
 
 def journal_command(unit: str, since: str) -> str:

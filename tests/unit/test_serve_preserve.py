@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from provision import systemd
 from provision.ascend.npu_smi import parse_npu_smi_info
 from provision.serving import preserve, smoke
 from provision.serving.preserve import Probe, Problem
@@ -386,21 +387,31 @@ def test_the_device_count_must_be_the_pools() -> None:
 def test_an_instance_that_cannot_start_is_left_to_its_health_gate() -> None:
     # `docker run` of an image that cannot start exits at once; Restart=on-failure then waits, and
     # `docker exec` would say "No such container" until the smoke's time ran out, hiding the cause
-    unit = "vllm-chat.service"
-    running = {"ActiveState": "active", "SubState": "running", "InvocationID": "a1"}
-    assert smoke.not_running(unit, running, "") == ""
-    assert smoke.not_running(unit, running, "a1") == ""
-    waiting = {"ActiveState": "activating", "SubState": "auto-restart", "InvocationID": "a1"}
-    assert smoke.not_running(unit, waiting, "a1") == (
-        "vllm-chat.service: activating/auto-restart, not running: its health gate says why"
+    answers = iter(
+        [
+            "ActiveState=activating\nSubState=start-pre\nMainPID=0\nInvocationID=a1\n",  # docker rm first
+            "ActiveState=active\nSubState=running\nMainPID=100\nInvocationID=a1\n",
+            "ActiveState=activating\nSubState=auto-restart\nMainPID=0\nNRestarts=1\nResult=exit-code\n",
+            "ActiveState=failed\nSubState=failed\nMainPID=0\nResult=exit-code\n",
+            "ActiveState=active\nSubState=running\nMainPID=200\nInvocationID=b2\n",
+        ]
     )
-    assert "failed/failed, not running" in smoke.not_running(
-        unit, {"ActiveState": "failed", "SubState": "failed"}, "a1"
-    )
-    again = {"ActiveState": "active", "SubState": "running", "InvocationID": "b2"}
-    assert smoke.not_running(unit, again, "a1").startswith(
-        "vllm-chat.service: restarted while the smoke waited"
-    )
+    asked: list[str] = []
+
+    def run(command: str) -> dict[str, Any]:
+        asked.append(command)
+        return {"rc": 0, "stdout": next(answers)}
+
+    watch = systemd.UnitWatch(run, "vllm-chat.service", every_s=0.0, track_pid=True, extra=smoke.UNIT_EXTRA)
+    seen = []
+    for _ in range(5):
+        watch.refresh()
+        seen.append(watch.gone())
+    assert "-p InvocationID -p ExecMainStartTimestamp vllm-chat.service" in asked[0]
+    assert seen[:2] == ["", ""]  # starting, then running: the smoke asks inside
+    assert seen[2] == "vllm-chat.service: activating/auto-restart, 1 restart(s), result exit-code"
+    assert seen[3] == "vllm-chat.service: failed/failed, result exit-code"
+    assert seen[4] == "vllm-chat.service: active/running, pid 200, restarted since first seen"
 
 
 def test_the_smoke_command_runs_against_the_simulated_torch_npu(tmp_path: Path) -> None:
