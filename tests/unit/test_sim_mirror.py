@@ -134,6 +134,60 @@ def test_docker_engine_rpm_repacks_the_debian_closure() -> None:
     assert "systemctl enable docker" in package.post and "groupadd --system docker" in package.post
 
 
+def test_node_exporter_rpm_has_openeulers_names_around_debians_binary(tmp_path: Path) -> None:
+    """openEuler's golang-github-prometheus-node_exporter layout (node_exporter.service,
+    /usr/sbin/node_exporter, /etc/sysconfig/node_exporter, the node_exporter user) holding the binary of
+    Debian's deb, and nothing else of that deb (no second unit under Debian's name)."""
+    from provision_sim.mirror import node_exporter, repos
+
+    assert node_exporter.DEB in repos.DEBIAN_PACKAGES, "the Ubuntu flavour's package is Debian's deb as it is"
+    assert node_exporter.RPM not in repos.rpm_packages("6.1.0-1-amd64")
+    package = repos.rpm_packages("6.1.0-1-amd64", node_exporter_version="1.5.0-1+b6")[node_exporter.RPM]
+    assert package.version == "1.5.0" and "node_exporter" in package.provides
+    deb_root = tmp_path / "deb"
+    binary = deb_root / "usr/bin/prometheus-node-exporter"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\necho node_exporter\n")
+    binary.chmod(0o755)
+    unit = deb_root / "lib/systemd/system/prometheus-node-exporter.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\nExecStart=/usr/bin/prometheus-node-exporter $ARGS\n")
+    (deb_root / "DEBIAN").mkdir()
+    (deb_root / "DEBIAN/control").write_text(
+        "Package: prometheus-node-exporter\nVersion: 1.5.0-1+b6\nArchitecture: all\n"
+        "Maintainer: test <t@example.invalid>\nDescription: test\n"
+    )
+    deb = tmp_path / "prometheus-node-exporter_1.5.0-1+b6_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(deb_root), str(deb)], check=True)
+
+    tree = tmp_path / "tree"
+    repos.package_tree(tree, node_exporter.RPM, package, {node_exporter.DEB: deb})
+    target = repos.Target("x86_64", "6.1.0-1-amd64", "amd64")
+    rpm = repos._rpmbuild(tmp_path / "work", node_exporter.RPM, package, tree, target)
+
+    def query(*args: str) -> str:
+        done = subprocess.run(["rpm", "-qp", *args, str(rpm)], capture_output=True, text=True, check=True)
+        return done.stdout
+
+    assert query("--qf", "%{NAME} %{VERSION}") == "golang-github-prometheus-node_exporter 1.5.0"
+    assert sorted(query("--list").split()) == [
+        "/etc/sysconfig/node_exporter",
+        "/usr/lib/systemd/system/node_exporter.service",
+        f"{repos.POST_DIR}/{node_exporter.RPM}.post",
+        "/usr/sbin/node_exporter",
+    ]
+    assert "node_exporter = 1.5.0" in query("--provides")
+    assert (tree / "usr/sbin/node_exporter").read_text() == "#!/bin/sh\necho node_exporter\n"
+    unit_text = (tree / "usr/lib/systemd/system/node_exporter.service").read_text()
+    assert "User=node_exporter\n" in unit_text and "ExecStart=/usr/sbin/node_exporter $OPTIONS\n" in unit_text
+    post = (tree / repos.POST_DIR.lstrip("/") / f"{node_exporter.RPM}.post").read_text()
+    assert "useradd -rg node_exporter" in post and "systemctl start" not in post, "installing starts nothing"
+
+    broken = repos.Package("x", "1", debs=(node_exporter.DEB,), deb_files={"/usr/sbin/x": "/usr/bin/missing"})
+    with pytest.raises(ProvisionError, match="rpm x: /usr/bin/missing is in none of prometheus-node-expo"):
+        repos.package_tree(tmp_path / "broken", "x", broken, {node_exporter.DEB: deb})
+
+
 def test_group_vars_point_the_verification_at_the_mirrors_image() -> None:
     from provision_sim.mirror import repos
 

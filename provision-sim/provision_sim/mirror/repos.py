@@ -20,6 +20,9 @@ is aarch64, as on the real racks. The rpms and debs hold what the Ascend driver 
 - ``pciutils`` (+ ``pciutils-libs``, ``hwdata``) and ``net-tools`` carry the REAL binaries of Debian's
   packages (the nodes are Debian bookworm underneath; the debs are fetched once with ``apt-get download``):
   ``lspci`` on a node reads the simulated PCI tree and lists the NPUs;
+- node_exporter under each distribution's own name (:mod:`provision_sim.mirror.node_exporter`): Debian's
+  ``prometheus-node-exporter`` deb as it is, and openEuler's ``golang-github-prometheus-node_exporter`` rpm
+  layout around the same binary;
 - ``dkms``, ``gcc``, ``make``, ``kernel-devel``/``kernel-headers`` (``linux-headers-<uname -r>`` on
   Ubuntu) and ``python3-devel`` (``python3-dev``) are small stand-ins providing the commands and folders
   the simulated installer looks for (``/usr/src/kernels/<uname -r>``, ``/lib/modules/<uname -r>/build``).
@@ -57,11 +60,12 @@ from provision.ascend import lock
 from provision.ascend.hardware import load_hardware
 from provision.errors import EnvironmentProblem, ProvisionError
 from provision_sim import images, rootfs
+from provision_sim.mirror import node_exporter
 from provision_sim.mirror import run_files as mirror
 from provision_sim.mirror.exporter import build_exporter
 from provision_sim.system import ProcessRef, locked, read_ref
 
-CONTENT_VERSION = 4
+CONTENT_VERSION = 5
 """Bump when what :func:`build_mirror` writes changes, so cached mirrors are rebuilt."""
 
 OPENEULER_RELEASES = ("openEuler-22.03-LTS-SP1", "openEuler-24.03-LTS-SP1")
@@ -69,8 +73,9 @@ OPENEULER_SECTIONS = ("OS", "everything", "update", "EPOL/main")
 UBUNTU_CODENAME = "jammy"
 UBUNTU_SUITES = (UBUNTU_CODENAME, f"{UBUNTU_CODENAME}-updates", f"{UBUNTU_CODENAME}-security")
 UBUNTU_COMPONENTS = ("main", "restricted", "universe", "multiverse")
-DEBIAN_PACKAGES = ("pciutils", "libpci3", "pci.ids", "net-tools", "busybox-static")
-"""Real Debian packages whose binaries the mirror's pciutils / net-tools (and the verification image) hold."""
+DEBIAN_PACKAGES = ("pciutils", "libpci3", "pci.ids", "net-tools", "busybox-static", node_exporter.DEB)
+"""Real Debian packages whose binaries the mirror's pciutils / net-tools / node_exporter (and the verification
+image) hold."""
 DOCKER_PACKAGE = "docker.io"
 """The container engine: Debian's package and its dependency closure not already in the node base."""
 DOCKER_RPM = "docker-engine"
@@ -138,6 +143,8 @@ class Package:
     symlinks: Mapping[str, str] = field(default_factory=dict)
     debs: tuple[str, ...] = ()
     """Debian packages (of :data:`DEBIAN_PACKAGES` or the docker closure) whose files the rpm carries."""
+    deb_files: Mapping[str, str] = field(default_factory=dict)
+    """Path inside the node -> path inside ``debs``: when set, the rpm carries only these files of them."""
     requires: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
     sections: tuple[str, ...] = ("OS", "everything")
@@ -164,18 +171,23 @@ def _tool(name: str, version_line: str, extra: str = "") -> str:
     )
 
 
-def rpm_packages(kernel: str, docker_debs: Mapping[str, str] | None = None) -> dict[str, Package]:
+def rpm_packages(
+    kernel: str, docker_debs: Mapping[str, str] | None = None, node_exporter_version: str | None = None
+) -> dict[str, Package]:
     """The openEuler packages by rpm name (``kernel`` is the nodes' ``uname -r``).
 
     ``docker_debs`` (Debian package -> version, :func:`download_docker_debs`) adds ``docker-engine``: the
     Debian engine and everything the node base lacks for it (containerd, runc, tini, iptables, libraries),
-    repacked like openEuler's package that bundles dockerd, containerd and runc.
+    repacked like openEuler's package that bundles dockerd, containerd and runc. ``node_exporter_version``
+    (of Debian's ``prometheus-node-exporter``) adds openEuler's node_exporter package around its binary.
     """
     name_devel, name_headers, kernel_version = _kernel_rpm_names(kernel)
-    docker: dict[str, Package] = {}
+    optional: dict[str, Package] = {}
+    if node_exporter_version:
+        optional[node_exporter.RPM] = node_exporter.rpm_package(node_exporter_version)
     if docker_debs:
         version = docker_debs.get(DOCKER_PACKAGE, "20.10").split(":")[-1].split("+")[0].split("-")[0]
-        docker[DOCKER_RPM] = Package(
+        optional[DOCKER_RPM] = Package(
             "The open-source application container engine (Debian's docker.io and its dependencies)",
             version,
             debs=tuple(sorted(docker_debs)),
@@ -185,7 +197,7 @@ def rpm_packages(kernel: str, docker_debs: Mapping[str, str] | None = None) -> d
             post=DOCKER_POST,
         )
     return {
-        **docker,
+        **optional,
         "pciutils": Package(
             "PCI bus related utilities (binaries of Debian's pciutils)",
             "3.9.0",
@@ -585,7 +597,14 @@ def build_mirror(
         rpms = build_rpms(
             work / "rpm", target=target, debs={**debs, **docker_debs}, keyring=keyring, cache=rpm_cache
         )
-        _openeuler_tree(dest / "openeuler", target, rpms, work / "key.asc", _deb_versions(docker_debs))
+        _openeuler_tree(
+            dest / "openeuler",
+            target,
+            rpms,
+            work / "key.asc",
+            _deb_versions(docker_debs),
+            _deb_versions(debs).get(node_exporter.DEB),
+        )
         stand_ins = build_debs(work / "deb", target=target)
         real = [debs[name] for name in DEBIAN_PACKAGES if name != "busybox-static"]
         _ubuntu_tree(dest / "ubuntu", target, [*real, *docker_debs.values(), *stand_ins], keyring)
@@ -647,22 +666,20 @@ def build_rpms(
     """
     out: dict[str, Path] = {}
     docker = {name: path for name, path in debs.items() if name not in DEBIAN_PACKAGES}
+    packages = rpm_packages(target.kernel, _deb_versions(docker), _deb_versions(debs).get(node_exporter.DEB))
     reused: dict[str, Path] = {}
-    for name, package in rpm_packages(target.kernel, _deb_versions(docker)).items():
+    for name, package in packages.items():
         kept = _kept_rpm(cache, name, package, debs, target) if name == DOCKER_RPM else None
         if kept is not None and kept.is_dir() and len(list(kept.glob("*.rpm"))) == 1:
             reused[name] = next(kept.glob("*.rpm"))
             continue
         tree = work / "trees" / name
-        tree.mkdir(parents=True)
-        for deb in package.debs:
-            _extract_deb(debs[deb], tree)
-        _write_tree(tree, package, name)
+        package_tree(tree, name, package, debs)
         out[name] = _rpmbuild(work, name, package, tree, target)
         shutil.rmtree(tree)
     _rpmsign(keyring, out.values())
     for name, rpm in out.items():
-        kept = _kept_rpm(cache, name, rpm_packages(target.kernel, _deb_versions(docker))[name], debs, target)
+        kept = _kept_rpm(cache, name, packages[name], debs, target)
         if kept is not None and name == DOCKER_RPM:
             partial = kept.with_name(kept.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
@@ -674,6 +691,28 @@ def build_rpms(
                 if older != kept and not older.name.endswith(".partial"):
                     shutil.rmtree(older, ignore_errors=True)
     return {**out, **reused}
+
+
+def package_tree(tree: Path, name: str, package: Package, debs: Mapping[str, Path]) -> None:
+    """The files of rpm ``name`` in ``tree`` (created): its debs' files (only ``deb_files`` where set),
+    then its own files, links and ``%post`` script."""
+    tree.mkdir(parents=True)
+    if package.deb_files:
+        whole = tree.with_name(tree.name + ".debs")
+        for deb in package.debs:
+            _extract_deb(debs[deb], whole)
+        for path, source in package.deb_files.items():
+            found = whole / source.lstrip("/")
+            if not found.is_file():
+                raise ProvisionError(f"rpm {name}: {source} is in none of {', '.join(package.debs)}")
+            dest = tree / path.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(found), dest)
+        shutil.rmtree(whole)
+    else:
+        for deb in package.debs:
+            _extract_deb(debs[deb], tree)
+    _write_tree(tree, package, name)
 
 
 def _kept_rpm(
@@ -806,9 +845,14 @@ def _rpmbuild(work: Path, name: str, package: Package, tree: Path, target: Targe
 
 
 def _openeuler_tree(
-    root: Path, target: Target, rpms: Mapping[str, Path], key: Path, docker: Mapping[str, str] | None = None
+    root: Path,
+    target: Target,
+    rpms: Mapping[str, Path],
+    key: Path,
+    docker: Mapping[str, str] | None = None,
+    node_exporter_version: str | None = None,
 ) -> None:
-    packages = rpm_packages(target.kernel, docker)
+    packages = rpm_packages(target.kernel, docker, node_exporter_version)
     for release in OPENEULER_RELEASES:
         for section in OPENEULER_SECTIONS:
             folder = root / release / section / target.arch
