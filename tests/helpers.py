@@ -579,8 +579,16 @@ class Prometheus:
         found: list[dict[str, Any]] = self.api("alerts")["alerts"]
         return [a for a in found if a["labels"].get("alertname") == name]
 
-    def wait(self, what: str, probe: Callable[[], object], timeout: float = 30, every: float = 0.5) -> float:
-        """Seconds until ``probe()`` is true; fails with Prometheus' log when it exits or time runs out."""
+    def wait(
+        self,
+        what: str,
+        probe: Callable[[], object],
+        timeout: float = 30,
+        every: float = 0.5,
+        detail: Callable[[], str] | None = None,
+    ) -> float:
+        """Seconds until ``probe()`` is true; fails with Prometheus' log when it exits or time runs out, and
+        with ``detail()`` (what the last probe lacked) when given."""
         started = time.monotonic()
         last: Exception | None = None
         while True:
@@ -592,7 +600,10 @@ class Prometheus:
             except (OSError, ValueError, KeyError) as exc:
                 last = exc
             if time.monotonic() - started > timeout:
-                pytest.fail(f"{what}: not within {timeout:.0f} s ({last!r})\n{self.log()}", pytrace=False)
+                lacking = f"\n{detail()}" if detail is not None else ""
+                pytest.fail(
+                    f"{what}: not within {timeout:.0f} s ({last!r}){lacking}\n{self.log()}", pytrace=False
+                )
             time.sleep(every)
 
 

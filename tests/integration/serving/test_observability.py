@@ -1,13 +1,15 @@
 """The monitoring stage end to end on the shared serving cluster (container mode: the simulated driver with
 npu-smi, docker and the real vLLM CPU engine on both nodes, ``cluster.py``):
 
-1. ``apply -p monitoring -e monitoring_enabled=true`` installs the mirror's NPU-Exporter on both nodes (its
-   sha256 checked, a systemd unit) and writes the drop-in files on the controller; a second apply changes
-   nothing and downloads nothing.
+1. ``apply -p monitoring -e monitoring_enabled=true -e monitoring_node_exporter=true`` installs the mirror's
+   NPU-Exporter on both nodes (its sha256 checked, a systemd unit) and each distribution's node_exporter
+   package from the mirror's repositories (openEuler's ``golang-github-prometheus-node_exporter`` with unit
+   ``node_exporter``, Ubuntu's ``prometheus-node-exporter``), and writes the drop-in files on the controller;
+   a second apply changes nothing and downloads nothing.
 2. Debian's real Prometheus, started here with the generated ``prometheus.yml`` (its targets, relabelling
-   and the collection's rules; the scrape interval is the role's variable, 2 s here), scrapes the exporters
-   and the engines over the cluster network: every target up, the engine's and the exporter's series per
-   host and pool.
+   and the collection's rules; the scrape interval is the role's variable, 2 s here), scrapes the exporters,
+   the node_exporters and the engines over the cluster network: every target up, the engine's and the
+   exporter's series per host and pool, node_exporter's host metrics per host.
 3. Every panel of the collection's Grafana dashboard, after a few completions on each node, answers with
    finite values for both hosts, and is drawn from this Prometheus (``dashboard.py``; with
    ``PROVISION_DASHBOARD_PNG=PATH`` the module's whole history is drawn there at its end: the docs' figure).
@@ -49,6 +51,10 @@ pytestmark = [
 
 EXPORTER_UNIT = "npu-exporter.service"
 EXPORTER_PORT = 8082  # the role's default, the vendor's
+NODE_EXPORTER_PORT = 9100  # node_exporter's default, which both distributions' packages keep
+# The distributions' node_exporter package and its own unit (provision_sim.mirror.node_exporter cites them).
+NODE_EXPORTER = {"openeuler": ("golang-github-prometheus-node_exporter", "node_exporter.service"),
+                 "ubuntu": ("prometheus-node-exporter", "prometheus-node-exporter.service")}  # fmt: skip
 INTERVAL_S = 2  # monitoring_scrape_interval for this Prometheus (scrape and rule evaluation)
 UPDATE_S = 5  # the exporter's -updateTime (the role's default): a fault shows within this
 RULES = ansible_root() / "roles" / "monitoring" / "files" / "rules"
@@ -104,6 +110,8 @@ def monitored(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "-e",
         "monitoring_enabled=true",
         "-e",
+        "monitoring_node_exporter=true",
+        "-e",
         f"monitoring_controller_dir={dropin}",
         "-e",
         f"monitoring_scrape_interval={INTERVAL_S}s",
@@ -137,6 +145,11 @@ def monitored(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Itera
         print("\nobservability: " + ", ".join(f"{what} {s:.1f} s" for what, s in timings.items()))
 
 
+def node_exporter_of(served: Served, node: str) -> tuple[str, str]:
+    """The node_exporter package and unit of ``node``'s distribution."""
+    return NODE_EXPORTER[served.cluster.node(node).flavour.split("-")[0]]
+
+
 def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored) -> None:
     served = monitored.served
     hosts = monitored.first["hosts"]
@@ -147,6 +160,17 @@ def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored)
         assert served.sh(node, "systemctl", "is-enabled", EXPORTER_UNIT).strip() == "enabled"
         unit = served.sh(node, "systemctl", "cat", EXPORTER_UNIT)
         assert f"-ip=0.0.0.0 -port={EXPORTER_PORT} -updateTime={UPDATE_S} -containerMode=docker" in unit
+        package, unit = node_exporter_of(served, node)
+        assert served.sh(node, "systemctl", "is-active", unit).strip() == "active", (node, unit)
+        assert served.sh(node, "systemctl", "is-enabled", unit).strip() == "enabled", (node, unit)
+        if unit == "node_exporter.service":  # openEuler's layout: its unit, binary and user
+            assert served.sh(node, "rpm", "-q", "--qf", "%{NAME}", package) == package
+            assert "ExecStart=/usr/sbin/node_exporter $OPTIONS" in served.sh(node, "systemctl", "cat", unit)
+            pid = served.sh(node, "systemctl", "show", "-p", "MainPID", "--value", unit).strip()
+            assert served.sh(node, "stat", "-c", "%U", f"/proc/{pid}").strip() == "node_exporter"
+        else:
+            status = served.sh(node, "dpkg-query", "-W", "-f", "${Status}", package)
+            assert status == "install ok installed", (node, status)
     installed = {served.sh(n, "sha256sum", "/usr/local/bin/npu-exporter").split()[0] for n in NODES}
     binary = mirrored_exporter(served)
     mirrored = hashlib.sha256(binary.read_bytes()).hexdigest()
@@ -158,6 +182,7 @@ def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored)
     assert monitored.exporter_gets == (2, 2), "one download per node, none by the second apply"
 
     exporters = json.loads((monitored.dropin / "targets" / "npu-exporter.json").read_text())
+    hosts_metrics = json.loads((monitored.dropin / "targets" / "node.json").read_text())
     engines = json.loads((monitored.dropin / "targets" / "vllm.json").read_text())
     ips = {node: served.cluster.node(node).ip for node in NODES}
     assert [(t["targets"], t["labels"]["host"]) for t in exporters] == [
@@ -165,6 +190,9 @@ def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored)
     ]
     assert [(t["targets"], t["labels"]["host"], t["labels"]["pool"]) for t in engines] == [
         ([f"{ips[n]}:{PORT}"], n, POOL_NAME) for n in NODES
+    ]
+    assert [(t["targets"], t["labels"]["host"]) for t in hosts_metrics] == [
+        ([f"{ips[n]}:{NODE_EXPORTER_PORT}"], n) for n in NODES
     ]
     for name in ("npu.yml", "targets.yml", "vllm.yml"):
         assert (monitored.dropin / "rules" / name).read_bytes() == (RULES / name).read_bytes()
@@ -182,14 +210,20 @@ def test_prometheus_has_every_target_up_and_the_series_per_host_and_pool(monitor
 
     def all_up() -> bool:
         found = prometheus.targets()
-        return len(found) == 4 and all(t["health"] == "up" for t in found)
+        return len(found) == 6 and all(t["health"] == "up" for t in found)
 
-    monitored.timings["every target up"] = prometheus.wait("every target up", all_up, timeout=60)
+    monitored.timings["every target up"] = prometheus.wait(
+        "every target up",
+        all_up,
+        timeout=60,
+        detail=lambda: str([(t["scrapeUrl"], t["health"], t["lastError"]) for t in prometheus.targets()]),
+    )
     targets = {(t["labels"]["job"], t["labels"]["host"]): t["scrapeUrl"] for t in prometheus.targets()}
     ips = {node: served.cluster.node(node).ip for node in NODES}
     assert targets == {
         **{("npu-exporter", n): f"http://{ips[n]}:{EXPORTER_PORT}/metrics" for n in NODES},
         **{("vllm", n): f"http://{ips[n]}:{PORT}/metrics" for n in NODES},
+        **{("node", n): f"http://{ips[n]}:{NODE_EXPORTER_PORT}/metrics" for n in NODES},
     }
 
     def per_host(expr: str) -> dict[str, list[dict[str, str]]]:
@@ -214,6 +248,19 @@ def test_prometheus_has_every_target_up_and_the_series_per_host_and_pool(monitor
     for node in NODES:
         assert len(hbm[node]) == npus, hbm[node]
         assert [s["id"] for s in pooled[node]] == pool_npus, "the pool's NPU got its pool label"
+    # node_exporter's host metrics, a series per host (node_load1, MemAvailable: default collectors)
+    begun_node = time.monotonic()
+    prometheus.wait("the host series", lambda: len(per_host("node_memory_MemAvailable_bytes")) == 2)
+    for metric in ("node_memory_MemAvailable_bytes", "node_load1"):
+        found = {s["metric"]["host"]: s for s in prometheus.query(metric)}
+        assert sorted(found) == list(NODES), (metric, found)
+        for node in NODES:
+            assert found[node]["metric"]["job"] == "node", found[node]
+            assert found[node]["metric"]["instance"] == f"{ips[node]}:{NODE_EXPORTER_PORT}", found[node]
+            assert math.isfinite(float(found[node]["value"][1])), found[node]
+        if metric.startswith("node_memory"):
+            assert all(float(s["value"][1]) > 0 for s in found.values()), found
+    monitored.timings["host series"] = time.monotonic() - begun_node
     # The SLO each VllmTtftP99OverSlo compares with, recorded by the generated rules/slo.yml.
     prometheus.wait("the SLO series", lambda: len(per_host("provision:ttft_slo_seconds")) == 2)
     slo = {s["metric"]["host"]: s for s in prometheus.query("provision:ttft_slo_seconds")}
@@ -242,8 +289,15 @@ def test_every_dashboard_panel_shows_both_hosts_and_is_drawn(monitored: Monitore
                 missing[f"{title}: {expr}"] = set(NODES) - hosts
         return not missing
 
+    def lacking() -> str:
+        return "\n".join(
+            f"  panel {query} lacks {', '.join(sorted(hosts))}" for query, hosts in sorted(missing.items())
+        )
+
     # two scrapes after the requests make a rate; then every panel has its values (else: which lack which)
-    prometheus.wait(f"every dashboard query for {NODES}", every_query_answers_for_both_hosts, 60)
+    prometheus.wait(
+        f"every dashboard query for {NODES}", every_query_answers_for_both_hosts, 60, detail=lacking
+    )
     assert not missing, missing
     out = tmp_path / "dashboard.png"
     end = time.time()
