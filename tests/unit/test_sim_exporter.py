@@ -272,5 +272,15 @@ def test_a_real_prometheus_scrapes_it_with_the_pool_relabelling(
         (unhealthy,) = prometheus.alerts("NpuUnhealthy")
         assert unhealthy["labels"]["id"] == "2" and unhealthy["labels"]["pool"] == "chat"
         assert unhealthy["state"] == "pending"
+        # a wait that runs out says what its probe lacked (the dashboard test: which panel, which host)
+        with pytest.raises(
+            pytest.fail.Exception, match=r"no_such_metric: not within 0 s \(None\)\n  lacks node1\n"
+        ):
+            prometheus.wait(
+                "no_such_metric",
+                lambda: prometheus.query("no_such_metric"),
+                0,
+                detail=lambda: "  lacks node1",
+            )
     finally:
         prometheus.stop()
