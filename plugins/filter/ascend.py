@@ -25,7 +25,7 @@ from typing import Any
 # provision.ascend is imported inside the filters that parse: Ansible loads every filter file in each worker
 # process that templates before the controller has, and this file should cost those workers nothing.
 
-DEFAULT_BASE = "/usr/local/Ascend"
+DEFAULT_BASE = "/usr/local/Ascend"  # provision.ascend.files.DEFAULT_BASE, not imported at load (above)
 DKMS_TREE = "/var/lib/dkms/davinci_ascend"
 FIRMWARE_OK_RCS = (0, 2)  # 0: installed, the same version already flashed; 2: installed, reboot needed
 DRIVER_NOT_LOADED = "-8020"  # `dcmi module initialize failed. ret is -8020`: no driver loaded since boot
@@ -206,20 +206,11 @@ def ascend_install_result(stdout: str, rc: int, component: str = "driver") -> di
 def ascend_driver_files(
     driver: str, firmware: str, *, arch: str = "aarch64", chip: str = "910b"
 ) -> dict[str, str]:
-    """The vendor's file names of a driver and a firmware version.
+    """The vendor's file names of a driver and a firmware version
+    (:func:`provision.ascend.files.driver_files`)."""
+    from provision.ascend.files import driver_files
 
-    ``chip`` is the NPU line (``910b``, ``a3``, ``310p``): its names come from provision/data/hardware.yml
-    (an A3's are ``Atlas-A3-hdk-npu-driver_<v>_linux-<arch>.run``); another line keeps the A2 pattern.
-    """
-    from provision.ascend.hardware import model_for_line
-
-    model = model_for_line(chip)
-    if model is not None:
-        return {"driver": model.driver_file(driver, arch), "firmware": model.firmware_file(firmware)}
-    return {
-        "driver": f"Ascend-hdk-{chip}-npu-driver_{driver}_linux-{arch}.run",
-        "firmware": f"Ascend-hdk-{chip}-npu-firmware_{firmware}.run",
-    }
+    return driver_files(driver, firmware, arch=arch, chip=chip)
 
 
 def _needed(installed: str | None, loaded: str | None, recorded: str | None, wanted: str) -> bool:
@@ -350,44 +341,19 @@ def ascend_driver_reboot_needed(
 
 
 def _numbers(version: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", version))
+    from provision.ascend.files import version_numbers
+
+    return version_numbers(version)
 
 
 def ascend_cann_layout(
     version: str, arch: str = "aarch64", base: str = DEFAULT_BASE, chip: str = "910b"
 ) -> dict[str, Any]:
-    """Where CANN ``version`` installs and what its packages are called.
+    """Where CANN ``version`` installs and what its packages are called
+    (:func:`provision.ascend.files.cann_layout`)."""
+    from provision.ascend.files import cann_layout
 
-    CANN <= 8.3: ``<base>/ascend-toolkit/<v>/``, ``set_env.sh`` at ``<base>/ascend-toolkit/set_env.sh``,
-    operator package ``Ascend-cann-kernels-<chip>_<v>_linux-<arch>.run``. CANN >= 8.5: ``<base>/cann-<v>/``,
-    ``set_env.sh`` at ``<base>/cann/set_env.sh``, operator package
-    ``Ascend-cann-<chip>-ops_<v>_linux-<arch>.run``. The names of the lines of provision/data/hardware.yml
-    come from it (A3: ``Ascend-cann-A3-ops_…``, before 8.5 ``Atlas-A3-cann-kernels_…``).
-    """
-    from provision.ascend.hardware import model_for_line
-
-    base = base.rstrip("/") or "/"
-    new = _numbers(version)[:2] >= (8, 5)
-    model = model_for_line(chip)
-    home = f"{base}/cann-{version}" if new else f"{base}/ascend-toolkit/{version}"
-    ops = "ops" if new else "kernels"
-    return {
-        "version": version,
-        "new_layout": new,
-        "home": home,
-        "install_info": f"{home}/{arch}-linux/ascend_toolkit_install.info",
-        "ops_component": ops,
-        "ops_info": f"{home}/{arch}-linux/ascend_{ops}_install.info",
-        "set_env": f"{base}/cann/set_env.sh" if new else f"{base}/ascend-toolkit/set_env.sh",
-        "toolkit_file": f"Ascend-cann-toolkit_{version}_linux-{arch}.run",
-        "ops_file": (
-            model.cann_ops_file(version, arch, new_layout=new)
-            if model is not None
-            else f"Ascend-cann-{chip}-ops_{version}_linux-{arch}.run"
-            if new
-            else f"Ascend-cann-kernels-{chip}_{version}_linux-{arch}.run"
-        ),
-    }
+    return cann_layout(version, arch, base, chip)
 
 
 def ascend_cann_installed(files: Sequence[Mapping[str, Any]], base: str = DEFAULT_BASE) -> dict[str, Any]:
@@ -451,7 +417,9 @@ def ascend_cann_steps(
     if steps or version not in (installed.get(ops) or []) or recorded.get("ops") != version:
         steps.append(_step(ops, version, str(layout["ops_file"]), ["--install", *common], "install", (0,)))
     if nnal and (nnal_version not in (installed.get("nnal") or []) or recorded.get("nnal") != nnal_version):
-        file = f"Ascend-cann-nnal_{nnal_version}_linux-{arch}.run"
+        from provision.ascend.files import nnal_file
+
+        file = nnal_file(nnal_version, arch)
         steps.append(_step("nnal", nnal_version, file, ["--install", *common], "install", (0,)))
     return steps
 

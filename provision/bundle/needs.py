@@ -1,8 +1,8 @@
 """What an air-gapped apply of an inventory needs from its mirror, per node: one pure decision.
 
 Read from the inventory alone (no host contacted) and the version lock, with the roles' own defaults and
-file-name rules (the collection's filters, loaded from ``plugins/filter/``), so the bundle holds exactly the
-names the roles fetch:
+file-name rules (:mod:`provision.ascend.files`, which the collection's filters use too), so the bundle
+holds exactly the names the roles fetch:
 
 - **OS repositories** of the node's flavour and architecture (``bootstrap_facts`` written by
   ``provision bootstrap``, else ``ansible_architecture`` / the build's ``--os`` and ``--arch``): openEuler's
@@ -19,19 +19,16 @@ names the roles fetch:
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import PurePosixPath
-from types import ModuleType
 from typing import Any
 from urllib.parse import urlparse
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from provision import paths
+from provision.ascend import files as ascend_files
 from provision.ascend import lock
 from provision.ascend.hardware import load_hardware
 from provision.errors import InputError
@@ -100,18 +97,6 @@ class Plan:
 
 
 # ------------------------------------------------------------------------------------------ the roles' rules
-
-
-@cache
-def _filters(name: str) -> ModuleType:
-    """The collection's filter file ``plugins/filter/<name>.py`` (the roles' own file-name rules)."""
-    path = paths.ansible_root() / "plugins" / "filter" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_provision_bundle_filter_{name}", path)
-    if spec is None or spec.loader is None:  # pragma: no cover - the collection ships it
-        raise InputError(f"{path}: cannot load the roles' filters")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _flag(host_vars: Mapping[str, Any], name: str, role: str) -> bool:
@@ -238,7 +223,6 @@ def _os_repos(host_vars: Mapping[str, Any], flavour: str, arch: str) -> list[Nee
 
 
 def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: str) -> list[Need]:
-    ascend = _filters("ascend")
     driver = str(role_value(host_vars, "ascend_driver_version", "ascend_driver") or locked["driver"])
     firmware = role_value(host_vars, "ascend_driver_firmware_version", "ascend_driver")
     firmware = str(firmware or locked["firmware"])
@@ -246,7 +230,7 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
     # (file, why, version, pin variable, NPU line): per line where the inventory leaves the line to the node
     per_line: list[tuple[str, str, str, str, str]] = []
     for chip in _lines(host_vars, "ascend_driver_chip", "ascend_driver"):
-        files = ascend.ascend_driver_files(driver, firmware, arch=arch, chip=chip)
+        files = ascend_files.driver_files(driver, firmware, arch=arch, chip=chip)
         per_line += [
             (files["driver"], f"NPU driver {driver}", driver, pinned, chip),
             (files["firmware"], f"NPU firmware {firmware}", firmware, pinned, chip),
@@ -255,17 +239,10 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
     nnal = str(role_value(host_vars, "cann_nnal_version", "cann") or locked["nnal"])
     # The steps of a node with nothing installed: every package the role can install.
     for chip in _lines(host_vars, "cann_chip", "cann"):
-        for step in ascend.ascend_cann_steps(
-            {},
-            None,
-            cann,
-            nnal,
-            arch=arch,
-            chip=chip,
-            nnal=_flag(host_vars, "cann_install_nnal", "cann"),
+        for component, version, name in ascend_files.cann_files(
+            cann, nnal, arch=arch, chip=chip, nnal=_flag(host_vars, "cann_install_nnal", "cann")
         ):
-            why = f"CANN {step['component']} {step['version']}"
-            per_line.append((step["file"], why, step["version"], "cann_checksums", chip))
+            per_line.append((name, f"CANN {component} {version}", version, "cann_checksums", chip))
     wanted: list[tuple[str, str, str, str]] = []
     alternatives: dict[str, str] = {}  # file -> the "one of" group it belongs to
     for why in dict.fromkeys(item[1] for item in per_line):
@@ -278,10 +255,9 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
     runtime = str(
         role_value(host_vars, "container_runtime_version", "container_runtime") or locked["docker_runtime"]
     )
-    # roles/container_runtime/vars/main.yml: _container_runtime_file
     wanted.append(
         (
-            f"Ascend-docker-runtime_{runtime}_linux-{arch}.run",
+            ascend_files.docker_runtime_file(runtime, arch),
             f"Ascend Docker Runtime {runtime}",
             runtime,
             "container_runtime_checksums",

@@ -494,3 +494,26 @@ def test_stack_report_against_the_lock() -> None:
         f"nnal none (lock {pinned['nnal']})",
     ]
     assert F.ascend_stack_report(None)["running"]["driver"] == ""
+
+
+@pytest.mark.parametrize("chip", ["910b", "a3", "310p", "910c"])
+@pytest.mark.parametrize("version", ["8.3.RC2", "9.1.0"])
+def test_the_filters_name_files_as_provision_ascend_files_does(chip: str, version: str) -> None:
+    """One home for the vendor's file names: the roles' filters and ``provision bundle`` (which reads
+    provision.ascend.files) name the same packages, a fresh node's CANN steps being exactly its files."""
+    from provision.ascend import files
+
+    assert F.ascend_driver_files("25.5.1", "7.8.0.6.201", chip=chip) == files.driver_files(
+        "25.5.1", "7.8.0.6.201", chip=chip
+    )
+    assert F.ascend_cann_layout(version, "x86_64", "/opt/A", chip) == files.cann_layout(
+        version, "x86_64", "/opt/A", chip
+    )
+    steps = F.ascend_cann_steps(NOTHING, {}, version, "8.5.0", arch="x86_64", chip=chip)
+    assert [(s["component"], s["version"], s["file"]) for s in steps] == files.cann_files(
+        version, "8.5.0", arch="x86_64", chip=chip
+    )
+    assert files.cann_files(version, arch="x86_64", chip=chip, nnal=False) == [
+        (s["component"], s["version"], s["file"])
+        for s in F.ascend_cann_steps(NOTHING, {}, version, arch="x86_64", chip=chip, nnal=False)
+    ]
