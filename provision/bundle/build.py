@@ -10,8 +10,9 @@ Sources, in this slice: an existing mirror (``--from-mirror DIR``, laid out as t
 docs/bundle.md describe: ``ascend/``, ``openeuler/``, ``ubuntu/``, ``images/``, ``models/``; or its URL,
 fetched first by :mod:`provision.bundle.remote`), the vendor's ``.run`` files from ``--run-files DIR``,
 images as ``docker save`` tarballs or saved from a local engine by reference, weights archives from
-``--weights DIR``. Resolving package closures against the distributions' mirrors (``dnf download
---resolve``, ``apt-get download``) is not done yet.
+``--weights DIR``. The OS repositories are taken with the mirror's metadata and signatures, or re-signed
+by the bundle (``sign_repos``, :mod:`provision.bundle.repos`). Resolving package closures against the
+distributions' mirrors (``dnf download --resolve``, ``apt-get download``) is not done yet.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from provision import __version__
 from provision.bundle import manifest as mf
+from provision.bundle import repos
 from provision.bundle.needs import Need, Plan, apt_file_wanted
 from provision.errors import InputError
 
@@ -71,6 +73,8 @@ class Result:
     reused: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    repo_key: str | None = None
+    """The key the OS repositories were re-signed with (``sign_repos``)."""
 
 
 def work_dir(output: Path) -> Path:
@@ -359,9 +363,15 @@ def build(
     inventory: str,
     sign_key: str | None = None,
     gnupg_home: Path | None = None,
+    sign_repos: bool = False,
+    repo_key: str | None = None,
     say: Say | None = None,
 ) -> Result:
-    """Resolve, gather into ``<output>.work/`` (reusing matching files), write the manifest, the archive."""
+    """Resolve, gather into ``<output>.work/`` (reusing matching files), write the manifest, the archive.
+
+    ``sign_repos`` (or a ``repo_key``): the OS repositories are re-signed by the bundle
+    (:mod:`provision.bundle.repos`) with ``repo_key``, else a key generated into ``<output>.gnupg/``.
+    """
     started = time.monotonic()
     report = say or (lambda _text: None)
     check_output(output)
@@ -381,6 +391,16 @@ def build(
         )
         sources = replace(sources, mirror=fetched, mirror_url=None)
     items, skipped = resolve(plan, sources)
+    sign_repos = sign_repos or repo_key is not None
+    releases: dict[str, Path] = {}
+    if sign_repos:  # the suites' Release files and signatures, the mirror's keys: the bundle writes its own
+        for item in items:
+            if item.path.endswith("/Release") and repos.replaced(item.path) and item.origin is not None:
+                releases[item.path.rsplit("/", 1)[0]] = item.origin
+        items = [item for item in items if not repos.replaced(item.path)]
+        key, home, generated = repos.ensure_key(output, repo_key, gnupg_home)  # a bad key: before any copy
+        if generated:
+            report(f"generated the bundle's repository key in {repos.gnupg_dir(output)} (keep it private)")
     work = work_dir(output)
     work.mkdir(exist_ok=True)
     result = Result(output=output, files=0, bytes=0, archive_bytes=0, skipped=skipped)
@@ -398,6 +418,13 @@ def build(
                 version=item.version,
             )
         )
+    if sign_repos:
+        result.repo_key = key
+        try:
+            entries += repos.resign(work, key, home, releases, source=inventory)
+        finally:
+            if home == repos.gnupg_dir(output):
+                repos.stop_agent(home)
     entries += _sum_files(work, entries)
     wanted = {entry.path for entry in entries}
     for rel in mf.relative_files(work, skip=mf.OWN_FILES):

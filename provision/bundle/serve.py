@@ -26,7 +26,8 @@ def group_vars(base_url: str, manifest: mf.Manifest) -> str:
         lines.append(f"openeuler_repos_mirror_url: {url}/openeuler")
     if any(path.startswith("ubuntu/") for path in paths):
         lines.append(f"openeuler_repos_apt_mirror_url: {url}/ubuntu")
-        keys = [entry.path for entry in manifest.files if entry.kind == "os-key"]
+        # the apt key of the suites: the mirror's, or the bundle's own when it re-signed them (the only one)
+        keys = [e.path for e in manifest.files if e.kind == "os-key" and e.path.startswith("ubuntu/")]
         if keys:
             lines.append(f"openeuler_repos_apt_signed_by: {url}/{keys[0]}")
     lines.append("openeuler_repos_disable_other_sources: true")

@@ -101,7 +101,18 @@ def build(
     ),
     arch: str = typer.Option("aarch64", "--arch", help="Architecture of hosts without bootstrap_facts."),
     sign_key: str | None = typer.Option(None, "--sign-key", help="GnuPG key to sign the manifest with."),
-    gnupg_home: Path | None = typer.Option(None, "--gnupg-home", help="GnuPG home holding --sign-key."),
+    gnupg_home: Path | None = typer.Option(
+        None, "--gnupg-home", help="GnuPG home holding --sign-key / --repo-key."
+    ),
+    sign_repos: bool = typer.Option(
+        False,
+        "--sign-repos",
+        help="Re-sign the OS repositories (apt Release/InRelease, repomd.xml.asc) with the bundle's own "
+        "key, generated into FILE.gnupg/ (kept for reruns).",
+    ),
+    repo_key: str | None = typer.Option(
+        None, "--repo-key", help="GnuPG key to re-sign the OS repositories with (implies --sign-repos)."
+    ),
     inventories: list[Path] = common.InventoriesOpt,
     vault_id: list[str] = common.VaultIdOpt,
     vault_password_file: list[Path] = common.VaultPasswordFileOpt,
@@ -128,6 +139,8 @@ def build(
             inventory=", ".join(map(str, sources_)),
             sign_key=sign_key,
             gnupg_home=gnupg_home,
+            sign_repos=sign_repos,
+            repo_key=repo_key,
             say=err.status,
         )
     out = Console.for_stream()

@@ -14,6 +14,7 @@ import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -642,3 +643,99 @@ def test_a_package_that_does_not_match_the_mirrors_metadata_is_refused(
         f"{mirror_url}/ubuntu/pool/main/dkms_2.8_all.deb: sha256 {sha(b'changed on the mirror')} "
         "does not match" in err
     )
+
+
+# ------------------------------------------------------------------------------ the bundle's own signatures
+
+
+def gpgv(
+    key: bytes, signed: Path, tmp_path: Path, data: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``gpgv`` against ``key`` alone, as apt checks an ``InRelease`` (``Signed-By``)."""
+    keyring = tmp_path / "check.gpg"
+    subprocess.run(["gpg", "--dearmor", "--yes", "--output", str(keyring)], input=key, check=True)
+    argv = ["gpgv", "--keyring", str(keyring), str(signed), *([str(data)] if data else [])]
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.skipif(shutil.which("gpgv") is None, reason="gpg is not installed")
+def test_sign_repos_writes_release_files_of_what_the_bundle_holds_signed_by_its_own_key(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    inventory: Path,
+    mirror: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    output = tmp_path / "rack.tar"
+    own = tmp_path / "rack.tar.gnupg"
+    request.addfinalizer(lambda: subprocess.run(["gpgconf", "--homedir", str(own), "--kill", "gpg-agent"]))
+    assert build(monkeypatch, inventory, output, mirror, "--sign-repos") == 0
+    assert f"generated the bundle's repository key in {own}" in capsys.readouterr().err
+    files = members(output)
+    listed = {e["path"]: e for e in json.loads(files["manifest.json"])["files"]}
+    key = files["ubuntu/provision-bundle-archive-keyring.asc"]
+    assert listed["ubuntu/provision-bundle-archive-keyring.asc"]["kind"] == "os-key"
+    assert "ubuntu/archive-keyring.asc" not in files  # the mirror's key vouches for nothing here
+    assert files["openeuler/RPM-GPG-KEY-provision-bundle"] == key
+    release = files["ubuntu/dists/jammy/Release"].decode()
+    # The mirror's header is kept; the hashes are of the files the bundle holds, no other architecture's.
+    assert "Suite: jammy\n" in release and "Architectures: arm64\n" in release
+    packages = files["ubuntu/dists/jammy/main/binary-arm64/Packages"]
+    assert f" {sha(packages)} {len(packages):>8} main/binary-arm64/Packages\n" in release
+    assert "binary-amd64" not in release
+    work = tmp_path / "rack.tar.work"
+    assert gpgv(key, work / "ubuntu/dists/jammy/InRelease", tmp_path).returncode == 0
+    detached = work / "ubuntu/dists/jammy-security/Release.gpg"
+    assert gpgv(key, detached, tmp_path, work / "ubuntu/dists/jammy-security/Release").returncode == 0
+    repo = work / "openeuler/openEuler-22.03-LTS-SP1/OS/aarch64/repodata"
+    assert gpgv(key, repo / "repomd.xml.asc", tmp_path, repo / "repomd.xml").returncode == 0
+    (repo / "repomd.xml").write_text("changed")
+    assert gpgv(key, repo / "repomd.xml.asc", tmp_path, repo / "repomd.xml").returncode != 0
+    # A rerun signs with the same key (kept in FILE.gnupg/, never in the bundle).
+    assert not any("gnupg" in name or "secring" in name or "private" in name for name in files)
+    assert build(monkeypatch, inventory, output, mirror, "--sign-repos") == 0
+    assert "generated" not in capsys.readouterr().err
+    assert members(output)["ubuntu/provision-bundle-archive-keyring.asc"] == key
+    # serve points apt at the bundle's key
+    assert (
+        serve.group_vars("http://b:8080", serve_manifest(output)).count(
+            "openeuler_repos_apt_signed_by: http://b:8080/ubuntu/provision-bundle-archive-keyring.asc\n"
+        )
+        == 1
+    )
+    assert run_cli(["bundle", "verify", str(output)], monkeypatch) == 0
+
+
+def serve_manifest(archive: Path) -> Any:
+    from provision.bundle import manifest as mf
+
+    return mf.parse_manifest(members(archive)["manifest.json"], str(archive))
+
+
+@pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed")
+def test_repo_key_signs_with_the_users_key_and_an_unknown_one_is_bad_input(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    inventory: Path,
+    mirror: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    home = gnupg_home(request, tmp_path)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
+    subprocess.run([*gpg, "--quick-generate-key", "repos@test", "ed25519", "sign", "never"], check=True)
+    mine = subprocess.run([*gpg, "--armor", "--export", "repos@test"], capture_output=True, check=True).stdout
+    output = tmp_path / "rack.tar"
+    args = ["--repo-key", "nobody@test", "--gnupg-home", str(home)]
+    assert build(monkeypatch, inventory, output, mirror, *args) == 2
+    assert "--repo-key nobody@test: no secret key" in capsys.readouterr().err
+    assert not output.exists() and not (tmp_path / "rack.tar.work").exists()  # refused before any copy
+    assert (
+        build(monkeypatch, inventory, output, mirror, "--repo-key", "repos@test", "--gnupg-home", str(home))
+        == 0
+    )
+    files = members(output)
+    assert files["ubuntu/provision-bundle-archive-keyring.asc"] == mine
+    assert gpgv(mine, tmp_path / "rack.tar.work/ubuntu/dists/jammy/InRelease", tmp_path).returncode == 0
+    assert not (tmp_path / "rack.tar.gnupg").exists()
