@@ -61,6 +61,7 @@ class Item:
     expected: str | None = None
     image_ref: str | None = None
     """Saved from the local engine (``docker save``) instead of copied from ``origin``."""
+    variables: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -333,7 +334,13 @@ def _image(need: Need, images: Mapping[str, tuple[Path | None, str]], problems: 
     tar, given = images[ref]
     if tar is None:
         return Item(
-            need.path, "image", need.version, f"docker save {given}", image_ref=given, expected=need.sha256
+            need.path,
+            "image",
+            need.version,
+            f"docker save {given}",
+            image_ref=given,
+            expected=need.sha256,
+            variables=need.variables,
         )
     expected, said = need.sha256, need.pinned_in
     if expected is None:
@@ -349,7 +356,7 @@ def _image(need: Need, images: Mapping[str, tuple[Path | None, str]], problems: 
                 f"{tar}: sha256 {actual} does not match {expected} ({said}): the tarball is damaged"
             )
             return None
-    return Item(need.path, "image", need.version, given, tar, expected)
+    return Item(need.path, "image", need.version, given, tar, expected, variables=need.variables)
 
 
 # ------------------------------------------------------------------------------------------ gather
@@ -416,6 +423,7 @@ def build(
                 kind=item.kind,
                 source=item.source,
                 version=item.version,
+                variables=list(item.variables),
             )
         )
     if sign_repos:

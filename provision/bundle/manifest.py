@@ -53,6 +53,9 @@ class FileEntry(BaseModel):
     kind: Kind
     source: str
     version: str = ""
+    variables: list[str] = Field(default_factory=list)
+    """The inventory variables that name this file (an image: ``vllm_serve_image``,
+    ``container_runtime_verify_image``): ``bundle serve`` prints their ``*_url`` for it."""
 
 
 class NodeEntry(BaseModel):
@@ -81,7 +84,11 @@ class Manifest(BaseModel):
         return {entry.path: entry for entry in self.files}
 
     def dumps(self) -> bytes:
-        return (json.dumps(self.model_dump(), indent=1, sort_keys=True) + "\n").encode()
+        data = self.model_dump()
+        for entry in data["files"]:  # every file but the images: no variables, none written
+            if not entry["variables"]:
+                del entry["variables"]
+        return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:

@@ -72,6 +72,8 @@ class Need:
     # Needs with the same group: the node fetches one of them (the vendor file of its own NPU line, which
     # the inventory leaves to the node's PCI bus).
     one_of: str = ""
+    # The inventory variables naming this file (an image: vllm_serve_image, container_runtime_verify_image).
+    variables: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -317,6 +319,9 @@ def _images(host_vars: Mapping[str, Any], stack: str, arch: str) -> list[Need]:
         return []
     needs: list[Need] = []
     serving = serving_image(host_vars, stack, arch)
+    verify = None
+    if role_value(host_vars, "container_runtime_verify", "container_runtime") != "never":
+        verify = str(role_value(host_vars, "container_runtime_verify_image", "container_runtime") or serving)
     if role_value(host_vars, "vllm_serve_mode", "vllm_serve") == "container":
         sha = plain(host_vars.get("vllm_serve_image_checksum")) or None
         needs.append(
@@ -327,22 +332,25 @@ def _images(host_vars: Mapping[str, Any], stack: str, arch: str) -> list[Need]:
                 "serving image (vllm_serve_image)",
                 sha,
                 "vllm_serve_image_checksum" if sha else "",
+                variables=(
+                    "vllm_serve_image",
+                    *(["container_runtime_verify_image"] if verify == serving else []),
+                ),
             )
         )
-    if role_value(host_vars, "container_runtime_verify", "container_runtime") != "never":
-        verify = role_value(host_vars, "container_runtime_verify_image", "container_runtime") or serving
-        if all(need.version != verify for need in needs):
-            sha = plain(host_vars.get("container_runtime_verify_image_checksum")) or None
-            needs.append(
-                Need(
-                    image_path(str(verify)),
-                    "image",
-                    str(verify),
-                    "container runtime check image (container_runtime_verify_image)",
-                    sha,
-                    "container_runtime_verify_image_checksum" if sha else "",
-                )
+    if verify is not None and all(need.version != verify for need in needs):
+        sha = plain(host_vars.get("container_runtime_verify_image_checksum")) or None
+        needs.append(
+            Need(
+                image_path(verify),
+                "image",
+                verify,
+                "container runtime check image (container_runtime_verify_image)",
+                sha,
+                "container_runtime_verify_image_checksum" if sha else "",
+                variables=("container_runtime_verify_image",),
             )
+        )
     return needs
 
 

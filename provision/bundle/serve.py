@@ -31,13 +31,13 @@ def group_vars(base_url: str, manifest: mf.Manifest) -> str:
         if keys:
             lines.append(f"openeuler_repos_apt_signed_by: {url}/{keys[0]}")
     lines.append("openeuler_repos_disable_other_sources: true")
-    images = [entry for entry in manifest.files if entry.kind == "image"]
-    if len(images) == 1:
-        lines.append(f"vllm_serve_image_url: {url}/{images[0].path}")
-    for image in images if len(images) > 1 else []:
-        # Which is the serving image and which the runtime check's, the inventory says (vllm_serve_image,
-        # container_runtime_verify_image): one URL each.
-        lines.append(f"# image {image.version}: {url}/{image.path}")
+    for image in (entry for entry in manifest.files if entry.kind == "image"):
+        # The variables the inventory names the image by (vllm_serve_image, container_runtime_verify_image):
+        # each gets its download URL; a bundle from before they were recorded: one comment line per image.
+        for variable in image.variables:
+            lines.append(f"{variable}_url: {url}/{image.path}")
+        if not image.variables:
+            lines.append(f"# image {image.version}: {url}/{image.path}")
     for entry in manifest.files:
         if entry.kind == "weights":
             lines.append(

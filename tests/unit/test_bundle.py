@@ -541,6 +541,8 @@ def test_serve_prints_the_group_vars_then_serves(
         f"openeuler_repos_apt_mirror_url: http://127.0.0.1:{port}/ubuntu",
         f"openeuler_repos_apt_signed_by: http://127.0.0.1:{port}/ubuntu/archive-keyring.asc",
         f"vllm_serve_image_url: http://127.0.0.1:{port}/images/vllm-ascend_test.tar",
+        # the serving image is the runtime's check image too (container_runtime_verify_image's default)
+        f"container_runtime_verify_image_url: http://127.0.0.1:{port}/images/vllm-ascend_test.tar",
     ):
         assert line in out
     assert len(served) == 1 and not served[0].exists()  # the unpacked copy is removed afterwards

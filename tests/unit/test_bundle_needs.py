@@ -172,6 +172,11 @@ def test_serving_pools_need_the_image_the_check_image_and_the_weights(tmp_path: 
     assert [node.host for node in plan.nodes] == ["node1", "node2"]
     node = plan.nodes[0]
     assert paths(node, "image") == ["images/vllm-ascend_test.tar", "images/busybox_1.tar"]
+    # Which variable names each image: bundle serve prints its *_url for it.
+    assert [need.variables for need in node.needs if need.kind == "image"] == [
+        ("vllm_serve_image",),
+        ("container_runtime_verify_image",),
+    ]
     (weights,) = [need for need in node.needs if need.kind == "weights"]
     assert (weights.path, weights.sha256) == ("models/small.tar", SHA)
     # Two nodes need the same files: gathered once.
@@ -190,6 +195,9 @@ def test_the_default_serving_image_is_the_locked_tag(tmp_path: Path) -> None:
     )
     (image,) = paths(plan.nodes[0], "image")
     assert image == f"images/vllm-ascend_0.23.0-cann{LOCKED['cann']}-openeuler24.03-arm64.tar"
+    # container_runtime_verify_image defaults to the serving image: one file for both
+    (need,) = [need for need in plan.nodes[0].needs if need.kind == "image"]
+    assert need.variables == ("vllm_serve_image", "container_runtime_verify_image")
 
 
 def test_os_and_arch_options_fill_what_the_inventory_does_not_say(tmp_path: Path) -> None:
