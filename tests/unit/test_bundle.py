@@ -559,6 +559,48 @@ def test_serve_refuses_a_corrupted_bundle_and_serves_nothing(
     assert opened == []
 
 
+def damage(bundle: Path, how: str) -> str:
+    """One corrupted file, one missing file, or a manifest that does not match its checksum; what the
+    refusal must say."""
+    if how == "corrupted":
+        rewrite(bundle, {f"ascend/{DRIVER}": b"flipped bits"})
+        return f"ascend/{DRIVER}: corrupted: sha256 {hashlib.sha256(b'flipped bits').hexdigest()}"
+    if how == "missing":
+        rewrite(bundle, {"models/small.tar": None})
+        return "models/small.tar: missing (the manifest lists it"
+    manifest = json.loads(members(bundle)["manifest.json"])
+    manifest["files"][0]["size"] += 1
+    rewrite(bundle, {"manifest.json": json.dumps(manifest).encode()})
+    return "manifest.json does not match manifest.json.sha256"
+
+
+@pytest.mark.parametrize("unpacked", [False, True], ids=["archive", "folder"])
+@pytest.mark.parametrize("how", ["corrupted", "missing", "manifest"])
+def test_serve_refuses_a_damaged_bundle_naming_the_file_and_opens_no_socket(
+    bundle: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+    unpacked: bool,
+) -> None:
+    opened: list[object] = []
+    monkeypatch.setattr(serve, "open_server", lambda *args: opened.append(args))
+    said = damage(bundle, how)
+    target = bundle
+    if unpacked:  # a folder the user unpacked (tar -x) and damaged: served in place, so checked in place
+        target = tmp_path / "unpacked"
+        target.mkdir()
+        subprocess.run(["tar", "-xf", str(bundle), "-C", str(target)], check=True)
+    before = sorted(p.name for p in bundle.parent.iterdir())
+    assert run_cli(["bundle", "serve", str(target), "--port", "0"], monkeypatch) == 1
+    assert said in capsys.readouterr().err
+    assert opened == []
+    assert sorted(p.name for p in bundle.parent.iterdir()) == before  # no unpacked copy left beside it
+    assert run_cli(["bundle", "verify", str(target)], monkeypatch) == 1
+    assert said in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------ signature
 
 
