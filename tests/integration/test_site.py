@@ -4,7 +4,7 @@ Where each "Done when" item of #4 is tested
 -------------------------------------------
 * A mixed cluster: plan -> apply -> apply again = 0 changed -> the nodes asserted. HERE: one cluster for the
   module (``site`` fixture: openEuler 22.03, Ubuntu 22.04, openEuler 24.03; 8 NPUs each; the real vLLM CPU
-  engine bound in, node1 serves smollm2-cpu), ``test_plan_*``, ``test_apply_*``, ``test_node_*``,
+  engine bound in, node1 and node2 serve smollm2-cpu), ``test_plan_*``, ``test_apply_*``, ``test_node_*``,
   ``test_serving_*``, ``test_stack_report_*``. daemon.json: the "container runtime" section below
   (``test_container_runtime_*``). Each stage alone, in more depth: test_repos.py (mirror, stray sources),
   test_driver.py::test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing, test_cann.py (both
@@ -26,6 +26,15 @@ Where each "Done when" item of #4 is tested
   one); driver.yml alone, with the DKMS-residue fix and the force past the gate:
   test_driver.py::test_checksum_health_and_prerequisite_failures_stop_only_their_node.
 * The benchmark: benchmarks/converge.py (a script, not a test).
+
+The air gap (``provision bundle``'s "Done when", docs/bundle.md): the cluster converges from an offline
+bundle, not from the simulator's mirror. Before anything runs, ``provision bundle build --sign-repos``
+gathers from the simulator's mirror what the site inventory's nodes need, ``provision bundle serve`` serves
+it on the host's address on the cluster network (where Ansible's connections come from too), the group_vars
+point at it (its printed lines), and every node's routes are cut to that one address: the simulator's
+mirror (the controller namespace) and everything else are unreachable from the nodes
+(``test_air_gap_*``). Every apply of the module, from bare to serving endpoints on the openEuler and the
+Ubuntu node, and the second that changes nothing, runs behind that cut.
 
 The power drill (``provision doctor``'s last "Done when"): the first apply of the mixed cluster is also a
 power loss. node3 loses power (``sim power off --hard``) while its driver .run is in its 40 % stage; that
@@ -59,6 +68,7 @@ from provision.ascend import (
 )
 from provision_sim import faults, hardware
 from provision_sim.cluster import Cluster
+from provision_sim.mirror import repos
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.setup import engine_binds, engine_profile_vars
 from tests.helpers import (
@@ -88,12 +98,14 @@ PACKAGES_TASK = "openeuler_repos : Packages to install once the sources are in p
 SITE_OS = "openeuler-22.03,ubuntu-22.04,openeuler-24.03"
 NPUS = 8
 API_KEY = "site-test-key"
-# Every node: two pools that serve nothing (files only). node1: a pool serving smollm2-cpu on port 8000.
+# Every node: two pools that serve nothing (files only). node1 (openEuler) and node2 (Ubuntu): a pool serving
+# smollm2-cpu on port 8000.
 POOLS = [
     {"name": "chat", "devices": [0, 1, 2, 3], "port": 8000},
     {"name": "batch", "devices": [4, 5, 6, 7], "port": 8001},
 ]
-NODE1_POOLS = [
+SERVING = ["node1", "node2"]
+SERVING_POOLS = [
     {"name": "smol", "devices": [0], "port": 8000, "profile": "smollm2-cpu"},
     {"name": "batch", "devices": [4, 5, 6, 7], "port": 8001},
 ]
@@ -227,6 +239,145 @@ def untouched_state(cluster: Cluster, skip: tuple[str, ...] = ()) -> dict[str, s
     return {node.name: sh(cluster, node.name, script) for node in cluster.nodes}
 
 
+# -- the air gap: the nodes reach nothing but the bundle's server -------------------------------------------
+
+BUNDLE_PORT = 8080
+CUT_TABLE = 100
+
+
+@dataclass
+class AirGap:
+    bundle: Path
+    url: str
+    """The bundle's server, as the nodes reach it (the host's address on the cluster network)."""
+    sim_mirror: str
+    """The simulator's own mirror, which the nodes no longer reach."""
+    server: subprocess.Popen[bytes]
+    log: Path
+    sim_log: Path
+    sim_log_offset: int
+    """The simulator's mirror's request log, and its size when the nodes were cut off."""
+    build_s: float
+    serve_s: float
+    files: int
+    archive_bytes: int
+    group_vars: dict[str, Any]
+
+
+def air_gap(cluster: Cluster, inventory: Path, arch: str) -> AirGap:
+    """Build the site's bundle from the simulator's mirror, serve it on the host's address, point the
+    group_vars at it and cut every node's routes to that address alone."""
+    served = repos.served(cluster.dir)
+    assert served is not None, "the cluster serves no mirror"
+    sim_mirror, root = served.url, served.root
+    bundle = inventory.parent / "site.tar"
+    started = time.monotonic()
+    built = subprocess.run(
+        [
+            *PROVISION,
+            "bundle",
+            "build",
+            str(inventory),
+            "-o",
+            str(bundle),
+            "--from-mirror",
+            str(root),
+            *(f"--os={node.name}={node.flavour}" for node in cluster.nodes),
+            f"--arch={arch}",
+            "--sign-repos",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    build_s = time.monotonic() - started
+    assert built.returncode == 0, built.stdout + built.stderr
+    manifest = json.loads(
+        subprocess.run(["tar", "-xOf", str(bundle), "manifest.json"], capture_output=True, check=True).stdout
+    )
+    log = inventory.parent / "bundle-serve.log"
+    started = time.monotonic()
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [
+                *PROVISION,
+                "bundle",
+                "serve",
+                str(bundle),
+                "--bind",
+                cluster.host_ip,
+                "--port",
+                str(BUNDLE_PORT),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+    url = f"http://{cluster.host_ip}:{BUNDLE_PORT}"
+    deadline = time.monotonic() + 300
+    while "openeuler_repos_disable_other_sources" not in log.read_text(errors="replace"):
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"bundle serve did not start:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.2)
+    serve_s = time.monotonic() - started
+    printed = log.read_text().split("put these in group_vars/npu_nodes.yml", 1)[1].split("\n", 1)[1]
+    lines = yaml.safe_load(printed.split("\n\n", 1)[0])
+    assert lines["provision_mirror_url"] == f"{url}/ascend", printed
+    # The simulator's mirror variables, every one replaced by the lines the bundle's server printed.
+    group_vars = yaml.safe_load((inventory.parent / "group_vars" / "npu_nodes.yml").read_text()) | lines
+    assert sim_mirror not in json.dumps(group_vars), group_vars
+    (inventory.parent / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(group_vars))
+    sim_log = cluster.dir / "mirror.log"
+    sim_log_offset = sim_log.stat().st_size
+    for node in cluster.nodes:
+        cut_off(node.netns, cluster.host_ip)
+    return AirGap(
+        bundle=bundle,
+        url=url,
+        sim_mirror=sim_mirror,
+        server=server,
+        log=log,
+        sim_log=sim_log,
+        sim_log_offset=sim_log_offset,
+        build_s=build_s,
+        serve_s=serve_s,
+        files=len(manifest["files"]),
+        archive_bytes=bundle.stat().st_size,
+        group_vars=group_vars,
+    )
+
+
+def cut_off(netns: str, only: str) -> None:
+    """Every destination but ``only`` (and the node's own addresses) unreachable from namespace ``netns``.
+
+    Policy rules, not deleted routes: the kernel puts a link's prefix route back when the link comes up
+    again (a node's reboot), never a rule. The local table (rule 0) keeps loopback and the node's own
+    addresses; ``only`` is looked up in the main table; everything else in a table whose one route is
+    ``unreachable``: a connection fails at once (EHOSTUNREACH), nothing leaves the node.
+    """
+    for argv in (
+        ["route", "add", "unreachable", "default", "table", str(CUT_TABLE)],
+        ["rule", "add", "to", f"{only}/32", "lookup", "main", "pref", "100"],
+        ["rule", "add", "lookup", str(CUT_TABLE), "pref", "101"],
+    ):
+        subprocess.run(["ip", "-n", netns, *argv], check=True, capture_output=True)
+
+
+def stop_air_gap(gap: AirGap) -> None:
+    """Stop the bundle's server (SIGTERM: it removes its unpacked copy), the process this module started."""
+    if gap.server.poll() is None:
+        gap.server.terminate()
+        try:
+            gap.server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            gap.server.kill()
+            gap.server.wait(timeout=10)
+
+
 # -- the mixed cluster, converged once for the module --------------------------------------------------------
 
 
@@ -248,6 +399,7 @@ class Site:
     doctor: subprocess.CompletedProcess[str] | None = None
     again: Run | None = None
     verified: Run | None = None
+    air_gap: AirGap | None = None
 
     @property
     def names(self) -> list[str]:
@@ -295,7 +447,10 @@ def serving_settings() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def site(
-    sim_host: None, sim_cluster_module_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    sim_host: None,
+    sim_cluster_module_factory: ClusterFactory,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Site:
     """The mixed cluster: plan, apply (DRILL_NODE loses power in it), apply once its power is back, doctor on
     it, apply again with --full, apply (verified); site.yml, ``provision --json``, timed and recorded."""
@@ -306,8 +461,11 @@ def site(
     inventory = copy_inventory(
         cluster, tmp_path_factory.mktemp("site"), cluster_vars(cluster, **serving_settings())
     )
-    host_vars(inventory, "node1", {"npu_pools_list": NODE1_POOLS})
+    for name in SERVING:
+        host_vars(inventory, name, {"npu_pools_list": SERVING_POOLS})
     state = Site(cluster, inventory, sh(cluster, "node1", "uname -m").strip())
+    state.air_gap = gap = air_gap(cluster, inventory, state.arch)
+    request.addfinalizer(lambda: stop_air_gap(gap))  # before the cluster's teardown (registered earlier)
 
     state.before_plan, state.boots_before = untouched_state(cluster), cluster.boots()
     state.plan = provision("plan", inventory)
@@ -328,7 +486,9 @@ def site(
     state.verified = provision("apply", inventory)  # every node as its record says: site.yml runs nowhere
     state.boots_after = cluster.boots()
     print(
-        f"\nsite: sim up {up_s:.1f} s, plan {state.plan.seconds:.1f} s,"
+        f"\nsite: sim up {up_s:.1f} s, bundle build {gap.build_s:.1f} s ({gap.files} files,"
+        f" {gap.archive_bytes / 2**20:.1f} MiB), bundle serve ready {gap.serve_s:.1f} s,"
+        f" plan {state.plan.seconds:.1f} s,"
         f" first apply {state.first.seconds:.1f} s ({DRILL_NODE} lost power {state.lost_power_after_s:.1f} s"
         f" into it), apply after power on {state.recovered.seconds:.1f} s,"
         f" second apply (--full) {state.again.seconds:.1f} s,"
@@ -402,7 +562,8 @@ def test_plan_shows_each_hosts_sources_with_diffs_and_changes_nothing(site: Site
         assert all(f"absent {path}" in site.after_plan[name] for path in CREATED_BY_APPLY), name
         assert "no HwHiAiUser" in site.after_plan[name]
 
-    mirror = yaml.safe_load(site.cluster.group_vars_path.read_text())
+    mirror = yaml.safe_load((site.inventory.parent / "group_vars" / "npu_nodes.yml").read_text())
+    assert site.air_gap is not None and mirror["openeuler_repos_mirror_url"].startswith(site.air_gap.url)
     would_install = plan.results(PACKAGES_TASK)
     for name in site.names:
         tasks = plan.tasks(name)
@@ -496,7 +657,7 @@ def test_a_node_losing_power_in_its_driver_install_is_unreachable_then_converged
     assert lost["unreachable"] is True and lost["task"] == driver_run, lost
     assert first.summary["recorded"] == others
     endpoints = [(e["host"], e["pool"], e["ready"]) for e in first.summary["endpoints"]]
-    assert endpoints == [("node1", "smol", True)], endpoints
+    assert endpoints == [(name, "smol", True) for name in SERVING], endpoints
     reports = {host: res.get("msg") for host, res in first.results(REPORT_TASK).items()}
     assert reports == dict.fromkeys(others, REPORT)  # DRILL_NODE never reached the stack report
 
@@ -547,8 +708,8 @@ def test_a_third_apply_verifies_each_node_against_its_record_and_runs_no_role(si
         assert watched["paths"] > 20 and watched["units"] >= 1 and watched["packages"] >= 1, (name, watched)
     reports = {host: res.get("msg") for host, res in verified.results(REPORT_TASK).items()}
     assert reports == dict.fromkeys(site.names, REPORT)
-    (endpoint,) = verified.summary["endpoints"]
-    assert (endpoint["host"], endpoint["pool"], endpoint["ready"]) == ("node1", "smol", True)
+    endpoints = [(e["host"], e["pool"], e["ready"]) for e in verified.summary["endpoints"]]
+    assert endpoints == [(name, "smol", True) for name in SERVING], endpoints
     record = node_json(site.cluster, "node2", "/var/lib/provision/converged.json")
     assert (
         "/etc/docker/daemon.json" in record["keys"]["paths"] and "docker.service" in record["keys"]["units"]
@@ -579,10 +740,87 @@ def test_drift_on_two_nodes_runs_site_there_only_and_puts_it_back(site: Site) ->
         "enabled",
     ]
     assert env_file(site.cluster, "node3", pool_file)["NPU_POOL_PORT"] == str(POOLS[0]["port"])
-    assert [e["host"] for e in fixed.summary["endpoints"]] == ["node1"]
+    assert [e["host"] for e in fixed.summary["endpoints"]] == SERVING
     again = provision("apply", site.inventory)
     assert again.rc == 0 and sorted(again.summary["verified"]) == site.names, again.explain()
     print(f"\ndrift on 2 of 3 nodes: apply {fixed.seconds:.1f} s, then all verified {again.seconds:.1f} s")
+
+
+# -- the air gap ---------------------------------------------------------------------------------------------
+
+FETCH = (
+    "import sys, urllib.request\n"
+    "try:\n"
+    "    sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())\n"
+    "except OSError as exc:\n"
+    "    sys.exit(f'FAILED {exc}')\n"
+)
+
+
+def fetch_from(site: Site, node: str, url: str) -> subprocess.CompletedProcess[str]:
+    return site.cluster.exec(node, ["python3", "-c", FETCH, url], timeout=60)
+
+
+def test_air_gap_the_nodes_reach_the_bundles_server_and_nothing_else(site: Site) -> None:
+    """After every apply of the module (and the reboots in them), each node still reaches the bundle's
+    server and nothing else: not the simulator's mirror, not another node."""
+    site.converged()
+    gap = site.air_gap
+    assert gap is not None
+    sums = "/ascend/sha256sums.txt"
+    for name in site.names:
+        got = fetch_from(site, name, gap.url + sums)
+        assert got.returncode == 0, (name, got.stdout, got.stderr)
+        assert (
+            got.stdout
+            == subprocess.run(
+                ["tar", "-xOf", str(gap.bundle), sums.lstrip("/")], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        refused = fetch_from(site, name, gap.sim_mirror + sums)
+        assert refused.returncode != 0 and "No route to host" in refused.stderr, (name, refused.stderr)
+        other = next(node for node in site.cluster.nodes if node.name != name)
+        refused = fetch_from(site, name, f"http://{other.ip}:8000/health")
+        assert refused.returncode != 0 and "No route to host" in refused.stderr, (name, refused.stderr)
+    # Since the cut, no node asked the simulator's mirror for anything; each fetched from the bundle.
+    with gap.sim_log.open("rb") as log:
+        log.seek(gap.sim_log_offset)
+        since = log.read().decode(errors="replace")
+    ips = {node.name: node.ip for node in site.cluster.nodes}
+    assert not [line for line in since.splitlines() if line.split(" ", 1)[0] in ips.values()], since[-2000:]
+    served = gap.log.read_text(errors="replace").splitlines()
+    for name, ip in ips.items():
+        asked = [line.split('"')[1] for line in served if line.startswith(f"{ip} ") and '"GET ' in line]
+        assert any(f"GET /ascend/Ascend-hdk-910b-npu-driver_{DRIVER}" in a for a in asked), (name, asked)
+        if site.flavour(name).startswith("openeuler"):
+            assert any(a.endswith("/repodata/repomd.xml HTTP/1.1") for a in asked), (name, asked)
+        else:  # apt checks the bundle's own signature (InRelease) with the bundle's key
+            assert any("/ubuntu/dists/jammy/InRelease" in a for a in asked), (name, asked)
+    print(
+        f"\nair gap: bundle {gap.files} files, {gap.archive_bytes / 2**20:.1f} MiB,"
+        f" built in {gap.build_s:.1f} s, served after {gap.serve_s:.1f} s; {len(served)} lines of requests"
+    )
+
+
+def test_air_gap_apt_trusts_the_bundles_key(site: Site) -> None:
+    """The Ubuntu node's source names the bundle's server and is signed by the bundle's own key (the
+    simulator's mirror key is not in the bundle): its apt update succeeded only with that key."""
+    site.converged()
+    gap = site.air_gap
+    assert gap is not None
+    key = subprocess.run(
+        ["tar", "-xOf", str(gap.bundle), "ubuntu/provision-bundle-archive-keyring.asc"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for name in site.names:
+        if not site.flavour(name).startswith("ubuntu"):
+            continue
+        source = site.sh(name, "cat /etc/apt/sources.list.d/provision-ubuntu.sources")
+        assert f"URIs: {gap.url}/ubuntu" in source.splitlines(), source
+        assert site.sh(name, "cat /etc/apt/keyrings/provision-ubuntu.asc") == key
+        site.sh(name, "apt-get update -q")  # against the bundle's server alone, its signature checked
 
 
 # -- the nodes -----------------------------------------------------------------------------------------------
@@ -664,7 +902,7 @@ def test_node_local_facts_record_the_locked_stack(site: Site) -> None:
 def test_node_pool_files(site: Site) -> None:
     site.converged()
     for name in site.names:
-        pools = NODE1_POOLS if name == "node1" else POOLS
+        pools = SERVING_POOLS if name in SERVING else POOLS
         listed = site.sh(name, "ls /etc/provision/pools").split()
         assert listed == sorted(f"{pool['name']}.env" for pool in pools), name
         for pool in pools:
@@ -678,10 +916,11 @@ def test_node_pool_files(site: Site) -> None:
 
 def test_serving_endpoint_answers_a_completion(site: Site) -> None:
     site.converged()
-    node1 = site.cluster.node("node1")
-    assert complete(f"http://{node1.ip}:8000", api_key=API_KEY).strip(), "node1 answered an empty completion"
-    assert site.sh("node1", "systemctl is-active vllm-smol.service").strip() == "active"
-    for name in ("node2", "node3"):  # their pools name no profile: no instance
+    for name in SERVING:  # openEuler and Ubuntu, converged from the bundle alone
+        node = site.cluster.node(name)
+        assert complete(f"http://{node.ip}:8000", api_key=API_KEY).strip(), f"{name}: an empty completion"
+        assert site.sh(name, "systemctl is-active vllm-smol.service").strip() == "active"
+    for name in ("node3",):  # its pools name no profile: no instance
         units = site.sh(name, "ls /etc/systemd/system | grep '^vllm-' || true").split()
         assert units == [], name
 
@@ -721,7 +960,7 @@ def test_container_runtime_daemon_json_engine_and_each_pools_devices(site: Site)
         assert fact["ascend_docker_runtime"] == str(LOCK["docker_runtime"]), name
         # the role's own check ran in the apply that converged the node (one container per pool) and not
         # in the no-op one
-        pools = NODE1_POOLS if name == "node1" else POOLS
+        pools = SERVING_POOLS if name in SERVING else POOLS
         messages = [item.get("msg") for item in verified[name].get("results", [])]
         assert messages == [
             f"{name}: pool {pool['name']}: container sees exactly "
