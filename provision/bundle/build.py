@@ -11,8 +11,9 @@ docs/bundle.md describe: ``ascend/``, ``openeuler/``, ``ubuntu/``, ``images/``, 
 fetched first by :mod:`provision.bundle.remote`), the vendor's ``.run`` files from ``--run-files DIR``,
 images as ``docker save`` tarballs or saved from a local engine by reference, weights archives from
 ``--weights DIR``. The OS repositories are taken with the mirror's metadata and signatures, or re-signed
-by the bundle (``sign_repos``, :mod:`provision.bundle.repos`). Resolving package closures against the
-distributions' mirrors (``dnf download --resolve``, ``apt-get download``) is not done yet.
+by the bundle (``sign_repos``, :mod:`provision.bundle.repos`); or, with ``closures`` (``--resolve``), the
+packages the roles install are resolved with their dependencies from the distributions' mirrors the
+inventory names (:mod:`provision.bundle.closure`) into repositories the bundle writes and signs.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from provision import __version__
+from provision.bundle import closure, repos
 from provision.bundle import manifest as mf
-from provision.bundle import repos
 from provision.bundle.needs import Need, Plan, apt_file_wanted
 from provision.errors import InputError
 
@@ -47,6 +48,8 @@ class Sources:
     run_files: Path | None = None
     images: tuple[str, ...] = ()
     weights: Path | None = None
+    closures: tuple[closure.Group, ...] = ()
+    """OS packages resolved from the distributions' mirrors instead of repositories taken from ``mirror``."""
 
 
 @dataclass(slots=True)
@@ -76,6 +79,9 @@ class Result:
     seconds: float = 0.0
     repo_key: str | None = None
     """The key the OS repositories were re-signed with (``sign_repos``)."""
+    packages: int = 0
+    """OS packages of the resolved closures (``Sources.closures``), and how many were downloaded now."""
+    downloaded: int = 0
 
 
 def work_dir(output: Path) -> Path:
@@ -383,6 +389,12 @@ def build(
     report = say or (lambda _text: None)
     check_output(output)
     check_sources(sources)
+    full_plan = plan
+    if sources.closures:  # the OS repositories are the bundle's own: nothing of them from --from-mirror
+        closure.check_tools(sources.closures)
+        plan = Plan(
+            [replace(node, needs=[n for n in node.needs if n.kind != "os-repo"]) for node in plan.nodes]
+        )
     if sources.mirror_url is not None:
         from provision.bundle.remote import fetch_mirror
 
@@ -398,7 +410,8 @@ def build(
         )
         sources = replace(sources, mirror=fetched, mirror_url=None)
     items, skipped = resolve(plan, sources)
-    sign_repos = sign_repos or repo_key is not None
+    # Resolved repositories carry the bundle's own metadata: only the bundle's key can vouch for it.
+    sign_repos = sign_repos or repo_key is not None or bool(sources.closures)
     releases: dict[str, Path] = {}
     if sign_repos:  # the suites' Release files and signatures, the mirror's keys: the bundle writes its own
         for item in items:
@@ -408,9 +421,19 @@ def build(
         key, home, generated = repos.ensure_key(output, repo_key, gnupg_home)  # a bad key: before any copy
         if generated:
             report(f"generated the bundle's repository key in {repos.gnupg_dir(output)} (keep it private)")
+    resolved = None
+    if sources.closures:  # after every check above: nothing is downloaded for a build that is refused
+        resolved = closure.resolve(sources.closures, closure.closure_dir(output), report)
+        items += _closure_items(resolved)
+        for item in items:
+            if item.path.endswith("/Release") and repos.replaced(item.path) and item.origin is not None:
+                releases[item.path.rsplit("/", 1)[0]] = item.origin
+        items = [item for item in items if not repos.replaced(item.path)]
     work = work_dir(output)
     work.mkdir(exist_ok=True)
     result = Result(output=output, files=0, bytes=0, archive_bytes=0, skipped=skipped)
+    if resolved is not None:
+        result.packages, result.downloaded = len(resolved.packages), resolved.downloaded
     entries: list[mf.FileEntry] = []
     for item in items:
         dest = work / item.path
@@ -450,7 +473,7 @@ def build(
                 stack=node.stack,
                 needs=[f"{n.path}/{n.marker}" if n.marker else n.path for n in node.needs],
             )
-            for node in plan.nodes
+            for node in full_plan.nodes
         ],
         files=sorted(entries, key=lambda entry: entry.path),
     )
@@ -467,6 +490,20 @@ def build(
     result.archive_bytes = output.stat().st_size
     result.seconds = round(time.monotonic() - started, 2)
     return result
+
+
+def _closure_items(resolved: closure.Resolved) -> list[Item]:
+    """The resolved packages (source: the URL each came from) and the metadata the build wrote for them."""
+    packages = {package.path: package for package in resolved.packages}
+    items = []
+    for rel in mf.relative_files(resolved.tree):
+        package = packages.get(rel)
+        if package is not None:
+            items.append(Item(rel, "os-repo", package.version, package.url, package.origin))
+        else:
+            kind: mf.Kind = "os-key" if rel.endswith(closure.RPM_KEY_NAME) else "os-repo"
+            items.append(Item(rel, kind, "", "provision bundle build --resolve", resolved.tree / rel))
+    return items
 
 
 def _gather(item: Item, dest: Path, result: Result, report: Say) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import typer
 
 from provision.bundle import build as builder
-from provision.bundle import needs, serve, verify
+from provision.bundle import closure, needs, serve, verify
 from provision.bundle.manifest import BundleRefused
 from provision.cli import _inputs
 from provision.cli import _playbook as common
@@ -78,6 +78,17 @@ def _os_option(values: list[str]) -> dict[str, str]:
     return chosen
 
 
+def _kernel_option(values: list[str]) -> dict[str, str]:
+    """``--kernel VERSION`` (every host without bootstrap_facts.kernel) or ``--kernel HOST=VERSION``."""
+    chosen: dict[str, str] = {}
+    for value in values:
+        host, _, kernel = value.rpartition("=")
+        if not kernel.strip() or any(c.isspace() or c in "/{}" for c in kernel):
+            raise InputError(f"--kernel {value}: not a kernel release (uname -r on the node)")
+        chosen[host] = kernel
+    return chosen
+
+
 @bundle_app.command("build")
 def build(
     inventory: Path | None = common.InventoryArg,
@@ -100,6 +111,20 @@ def build(
         [], "--os", help="OS of hosts without bootstrap_facts: FLAVOUR or HOST=FLAVOUR (repeatable)."
     ),
     arch: str = typer.Option("aarch64", "--arch", help="Architecture of hosts without bootstrap_facts."),
+    resolve: bool = typer.Option(
+        False,
+        "--resolve",
+        help="OS packages the roles install, with their dependencies, resolved from the mirrors the "
+        "inventory names (openeuler_repos_mirror_url: dnf download --resolve --alldeps; "
+        "openeuler_repos_apt_mirror_url: apt-get) into repositories the bundle writes and signs, "
+        "instead of whole repositories from --from-mirror.",
+    ),
+    kernel: list[str] = typer.Option(
+        [],
+        "--kernel",
+        help="With --resolve: kernel (uname -r) of hosts without bootstrap_facts.kernel, for "
+        "kernel-devel-/linux-headers-<kernel>: VERSION or HOST=VERSION (repeatable).",
+    ),
     sign_key: str | None = typer.Option(None, "--sign-key", help="GnuPG key to sign the manifest with."),
     gnupg_home: Path | None = typer.Option(
         None, "--gnupg-home", help="GnuPG home holding --sign-key / --repo-key."
@@ -124,6 +149,9 @@ def build(
     err = Console.for_stream(sys.stderr)
     sources_, loaded = _inventory(inventory, inventories, vault_id, vault_password_file, ask_vault_pass)
     plan = needs.plan(loaded, os_names=_os_option(os_name), arch=arch)
+    if kernel and not resolve:
+        raise InputError("--kernel: only with --resolve (it names the kernel packages to resolve)")
+    groups = closure.groups(loaded, plan, _kernel_option(kernel)) if resolve else []
     remote = bool(from_mirror and from_mirror.startswith(("http://", "https://")))
     with _file_errors():
         result = builder.build(
@@ -134,6 +162,7 @@ def build(
                 run_files=run_files,
                 images=tuple(image),
                 weights=weights,
+                closures=tuple(groups),
             ),
             output,
             inventory=", ".join(map(str, sources_)),
@@ -146,9 +175,10 @@ def build(
     out = Console.for_stream()
     for line in result.skipped:
         err.line(f"not bundled (optional): {line}")
+    resolved = f"{result.packages} OS packages resolved ({result.downloaded} downloaded); " if resolve else ""
     out.line(
         f"{output}: {result.files} files, {_size(result.bytes)} (archive {_size(result.archive_bytes)}) "
-        f"for {len(plan.nodes)} node(s); "
+        f"for {len(plan.nodes)} node(s); {resolved}"
         f"{len(result.copied)} copied, {len(result.reused)} reused from {builder.work_dir(output)}; "
         f"{time.monotonic() - started:.1f} s"
     )

@@ -33,3 +33,20 @@ def role_value(host_vars: Mapping[str, Any], name: str, role: str) -> Any:
     if value is None or templated(value):
         value = role_defaults(role).get(name)
     return None if templated(value) else plain(value)
+
+
+@cache
+def role_os_vars(role: str, distribution: str, version: str) -> dict[str, Any]:
+    """The OS constants a role loads (``include_vars`` of the first of ``vars/<distribution>-<version>.yml``,
+    ``vars/<distribution>.yml``, ``vars/main.yml``, as its tasks/main.yml does), over ``vars/main.yml``.
+
+    ``include_vars`` outranks the inventory: these values are the role's, whatever the inventory says.
+    """
+    folder = ansible_root() / "roles" / role / "vars"
+    data: dict[str, Any] = yaml.safe_load((folder / "main.yml").read_text(encoding="utf-8")) or {}
+    for name in (f"{distribution}-{version}.yml", f"{distribution}.yml"):
+        path = folder / name
+        if path.is_file():
+            data.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+            break
+    return data

@@ -99,6 +99,10 @@ def docker_save_tar(path: Path, tag: str) -> Path:
 
 @pytest.fixture
 def mirror(tmp_path: Path) -> Path:
+    return make_mirror(tmp_path)
+
+
+def make_mirror(tmp_path: Path) -> Path:
     """A mirror folder laid out as the simulator's: ascend/, openeuler/, ubuntu/, images/, models/."""
     root = tmp_path / "mirror"
     ascend = root / "ascend"
