@@ -93,6 +93,12 @@ class Group:
     def name(self) -> str:
         return f"{self.flavour}-{self.arch}"
 
+    @property
+    def state(self) -> str:
+        """Its folder of resolver state and downloads: one per release, architecture and mirror."""
+        mirror = hashlib.sha256(self.mirror.encode()).hexdigest()[:8]
+        return f"{self.name}{'-' + self.release if self.release else ''}-{mirror}"
+
 
 # ------------------------------------------------------------------------------------------ which packages
 
@@ -131,6 +137,15 @@ def node_packages(host_vars: Mapping[str, Any], flavour: str, kernel: str | None
 
 class KernelUnknown(Exception):
     """A package names the node's kernel, which the build was not told."""
+
+
+def host_release(host_vars: Mapping[str, Any]) -> str:
+    """The openEuler release part (``LTS-SP1``) of ``bootstrap_facts.os.pretty_name`` (``openEuler 22.03
+    (LTS-SP1)``, os-release's PRETTY_NAME), which names the node's folder on the mirror; else ``""``."""
+    facts = plain(host_vars.get("bootstrap_facts")) or {}
+    os_facts = facts.get("os") or {} if isinstance(facts, Mapping) else {}
+    match = re.search(r"\(([^()\s]+)\)\s*$", str(os_facts.get("pretty_name") or ""))
+    return match.group(1) if match else ""
 
 
 def host_kernel(host_vars: Mapping[str, Any]) -> str | None:
@@ -209,7 +224,8 @@ def groups(inventory: Inventory, plan: Plan, kernels: Mapping[str, str]) -> list
             )
             problems.append(f"{node.host}: {variable} {mirror!r}: not an http(s):// or file:// URL")
             continue
-        key = (node.os, node.arch, mirror.rstrip("/"))
+        release = host_release(host_vars) if os_id == "openEuler" else ""
+        key = (node.os, node.arch, mirror.rstrip("/"), release)
         group = found.setdefault(
             key,
             Group(
@@ -218,6 +234,7 @@ def groups(inventory: Inventory, plan: Plan, kernels: Mapping[str, str]) -> list
                 mirror.rstrip("/"),
                 sections=sections,
                 components=components,
+                release=release,
                 signed_by=signed_by if gpgcheck else "",
                 gpgcheck=gpgcheck,
             ),
@@ -284,9 +301,9 @@ def resolve(groups_: Sequence[Group], root: Path, say: Say) -> Resolved:
         hosts = ", ".join(group.hosts)
         say(f"resolving {len(group.packages)} packages for {hosts} ({group.name}) from {group.mirror}")
         if group.os_id == "openEuler":
-            _rpm(group, root / "rpm" / group.name, result)
+            _rpm(group, root / "rpm" / group.state, result)
         else:
-            _deb(group, root / "apt" / group.name, result)
+            _deb(group, root / "apt" / group.state, result)
     _rpm_metadata(tree)
     _deb_metadata(tree, groups_, result)
     return result
@@ -315,6 +332,8 @@ def _run(argv: Sequence[str], what: str, **kwargs: Any) -> str:
 def _openeuler_release(group: Group, client: httpx.Client | None) -> str:
     """The release folder the mirror has for the group's version: ``openEuler-22.03-LTS-SP1``."""
     prefix = f"openEuler-{group.version}-"
+    if group.release:
+        return prefix + group.release
     if group.mirror.startswith("file://"):
         base = Path(unquote(urlparse(group.mirror).path))
         names = sorted(p.name for p in base.glob(prefix + "*") if p.is_dir()) if base.is_dir() else []
@@ -336,7 +355,8 @@ def _openeuler_release(group: Group, client: httpx.Client | None) -> str:
         raise InputError(
             f"{', '.join(group.hosts)}: openeuler_repos_mirror_url {group.mirror} has "
             f"{'no ' + prefix + '*' if not names else 'several releases: ' + ', '.join(names)}: "
-            "the closure is resolved against exactly one"
+            "the closure is resolved against the node's own (bootstrap_facts.os.pretty_name, which "
+            "provision bootstrap writes, names it: openEuler 22.03 (LTS-SP1))"
         )
     return names[0]
 
@@ -378,7 +398,16 @@ def _rpm(group: Group, state: Path, result: Resolved) -> None:
     ]
     what = f"dnf download --resolve --alldeps for {', '.join(group.hosts)} ({group.name}, {group.mirror})"
     listed = [line.strip() for line in _run([*argv, "--url", *group.packages], what).splitlines()]
-    listed = [line for line in listed if line.endswith(".rpm") and "://" in line]
+    # A package several sections carry (the same file name) is listed once per section: the bundle keeps
+    # it in the first section of openeuler_repos_sections' order that has it, as dnf's download does.
+    by_name: dict[str, str] = {}
+    for url in (line for line in listed if line.endswith(".rpm") and "://" in line):
+        name = PurePosixPath(urlparse(url).path).name
+        order = [i for i, base in enumerate(urls.values()) if url.startswith(base)]
+        known = by_name.get(name)
+        if known is None or order < [i for i, base in enumerate(urls.values()) if known.startswith(base)]:
+            by_name[name] = url
+    listed = sorted(by_name.values())
     before = {p.name for p in (state / "packages").iterdir()}
     _run([*argv, "--destdir", str((state / "packages").resolve()), *group.packages], what)
     for url in listed:

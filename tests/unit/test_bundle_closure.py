@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from provision.bundle import closure, repos
+from provision.errors import InputError
 from provision.inventory.roles import role_os_vars
 from tests.helpers import run_cli, write_tree
 from tests.unit.test_bundle import make_mirror
@@ -47,7 +48,7 @@ UID = "test mirror <mirror@test.invalid>"
 # name -> (dependencies, section/component); the roles' packages each exist, plus a chain and two extras.
 RPMS = {
     "make": ([], "OS"),
-    "gcc": ([], "OS"),
+    "gcc": ([], "OS update"),  # in two sections, as an update of a package can be
     "dkms": (["gcc", "make"], "OS"),
     "kernel-headers": ([], "OS"),
     "kernel-devel": ([], "OS"),
@@ -91,7 +92,7 @@ def _rpms(root: Path, work: Path) -> None:
     """The openEuler mirror: every package an empty noarch rpm of version 5.10.0-1 (rpmbuild), in its
     section's repository (createrepo_c)."""
     for section in ("OS", "everything", "update", "EPOL/main"):
-        packages = [name for name, (_deps, where) in RPMS.items() if where == section]
+        packages = [name for name, (_deps, where) in RPMS.items() if section in where.split()]
         out = root / f"openEuler-22.03-LTS-SP1/{section}/aarch64"
         (out / "Packages").mkdir(parents=True)
         if packages:
@@ -266,6 +267,10 @@ def test_the_closure_holds_exactly_what_the_nodes_install(built: dict[str, Any])
     release = "openeuler/openEuler-22.03-LTS-SP1"
     assert names["pkg-c"] == f"{release}/everything/aarch64/Packages/pkg-c-5.10.0-1.noarch.rpm"
     assert names["pkg-a"] == f"{release}/OS/aarch64/Packages/pkg-a-5.10.0-1.noarch.rpm"
+    # a package two sections carry: once, in the first of openeuler_repos_sections that has it
+    assert [path for path in rpms if "/gcc-" in path] == [
+        f"{release}/OS/aarch64/Packages/gcc-5.10.0-1.noarch.rpm"
+    ]
     debs = _packages(manifest, ".deb")
     assert {Path(path).name.split("_")[0] for path in debs} == NEEDED | {
         f"linux-headers-{DEB_KERNEL}",
@@ -399,3 +404,20 @@ def test_the_packages_are_the_roles_own(sources: dict[str, Any], tmp_path: Path)
     assert got == ["moby"]
     with pytest.raises(closure.KernelUnknown):
         closure.node_packages({}, "openeuler-24.03", None)
+
+
+def test_the_openeuler_release_is_the_nodes_own_else_the_mirrors_only_one(tmp_path: Path) -> None:
+    facts = {"bootstrap_facts": {"os": {"id": "openEuler", "pretty_name": "openEuler 22.03 (LTS-SP1)"}}}
+    assert closure.host_release(facts) == "LTS-SP1"
+    assert closure.host_release({}) == ""
+    for name in ("openEuler-22.03-LTS", "openEuler-22.03-LTS-SP1", "openEuler-24.03-LTS"):
+        (tmp_path / name).mkdir()
+    group = closure.Group("openeuler-22.03", "aarch64", f"file://{tmp_path}", hosts=["node1"])
+    with pytest.raises(
+        InputError, match=r"node1: .* several releases: openEuler-22.03-LTS, openEuler-22.03-LTS-SP1"
+    ):
+        closure._openeuler_release(group, None)
+    group.release = "LTS-SP1"
+    assert closure._openeuler_release(group, None) == "openEuler-22.03-LTS-SP1"
+    group = closure.Group("openeuler-24.03", "aarch64", f"file://{tmp_path}", hosts=["node1"])
+    assert closure._openeuler_release(group, None) == "openEuler-24.03-LTS"
