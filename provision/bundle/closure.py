@@ -164,7 +164,7 @@ def groups(inventory: Inventory, plan: Plan, kernels: Mapping[str, str]) -> list
     problems: list[str] = []
     for name in sorted(set(kernels) - {node.host for node in plan.nodes} - {""}):
         problems.append(f"--kernel {name}={kernels[name]}: {name} is not a host of the inventory's nodes")
-    found: dict[tuple[str, str, str], Group] = {}
+    found: dict[tuple[str, str, str, str], Group] = {}
     for node in plan.nodes:
         host_vars = inventory.hosts[node.host]
         kernel = kernels.get(node.host) or host_kernel(host_vars) or kernels.get("")

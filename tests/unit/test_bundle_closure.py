@@ -354,12 +354,14 @@ def test_the_bundles_repositories_verify_as_apt_and_dnf_check_them(
 
 def test_a_missing_dependency_is_an_error_naming_it(
     sources: dict[str, Any],
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     mirror_module: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     broken = "openeuler_repos_extra_packages: [pkg-broken]\n"
+    # A short folder: the build's gpg-agent socket lives in FILE.gnupg/, and a socket path has ~107 bytes.
+    tmp_path = tmp_path_factory.mktemp("broken")
     for node in ("node1", "node2"):
         inventory = _inventory(tmp_path / node, sources, **{node: broken})
         output = tmp_path / f"{node}.tar"
@@ -421,3 +423,11 @@ def test_the_openeuler_release_is_the_nodes_own_else_the_mirrors_only_one(tmp_pa
     assert closure._openeuler_release(group, None) == "openEuler-22.03-LTS-SP1"
     group = closure.Group("openeuler-24.03", "aarch64", f"file://{tmp_path}", hosts=["node1"])
     assert closure._openeuler_release(group, None) == "openEuler-24.03-LTS"
+
+
+def test_verify_finds_the_resolved_bundle_complete_for_its_inventory(
+    built: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["bundle", "verify", str(built["output"]), "-i", str(built["inventory"])]
+    assert run_cli(args, monkeypatch) == 0
+    assert f"complete for {built['inventory']} (2 node(s))" in capsys.readouterr().out
