@@ -154,16 +154,22 @@ def host_kernel(host_vars: Mapping[str, Any]) -> str | None:
     return str(kernel) if kernel else None
 
 
-def groups(inventory: Inventory, plan: Plan, kernels: Mapping[str, str]) -> list[Group]:
+def groups(
+    inventory: Inventory, plan: Plan, kernels: Mapping[str, str], releases: Mapping[str, str] | None = None
+) -> list[Group]:
     """One :class:`Group` per OS release, architecture and mirror of the plan's nodes; InputError listing
     every host whose packages cannot be named (its kernel unknown) or whose mirror cannot be used.
 
     ``kernels``: host -> ``uname -r`` (key ``""``: every other host), for hosts without
-    ``bootstrap_facts.kernel``.
+    ``bootstrap_facts.kernel``; ``releases`` likewise the openEuler release part (``LTS-SP1``) for hosts
+    without ``bootstrap_facts.os.pretty_name``.
     """
+    releases = releases or {}
     problems: list[str] = []
-    for name in sorted(set(kernels) - {node.host for node in plan.nodes} - {""}):
-        problems.append(f"--kernel {name}={kernels[name]}: {name} is not a host of the inventory's nodes")
+    hosts = {node.host for node in plan.nodes}
+    for option, given in (("--kernel", kernels), ("--openeuler-release", releases)):
+        for name in sorted(set(given) - hosts - {""}):
+            problems.append(f"{option} {name}={given[name]}: {name} is not a host of the inventory's nodes")
     found: dict[tuple[str, str, str, str], Group] = {}
     for node in plan.nodes:
         host_vars = inventory.hosts[node.host]
@@ -224,7 +230,9 @@ def groups(inventory: Inventory, plan: Plan, kernels: Mapping[str, str]) -> list
             )
             problems.append(f"{node.host}: {variable} {mirror!r}: not an http(s):// or file:// URL")
             continue
-        release = host_release(host_vars) if os_id == "openEuler" else ""
+        release = ""
+        if os_id == "openEuler":
+            release = releases.get(node.host) or host_release(host_vars) or releases.get("", "")
         key = (node.os, node.arch, mirror.rstrip("/"), release)
         group = found.setdefault(
             key,
@@ -355,8 +363,9 @@ def _openeuler_release(group: Group, client: httpx.Client | None) -> str:
         raise InputError(
             f"{', '.join(group.hosts)}: openeuler_repos_mirror_url {group.mirror} has "
             f"{'no ' + prefix + '*' if not names else 'several releases: ' + ', '.join(names)}: "
-            "the closure is resolved against the node's own (bootstrap_facts.os.pretty_name, which "
-            "provision bootstrap writes, names it: openEuler 22.03 (LTS-SP1))"
+            "the closure is resolved against the node's own: bootstrap_facts.os.pretty_name (which "
+            "provision bootstrap writes) names it, openEuler 22.03 (LTS-SP1); else give "
+            "--openeuler-release [HOST=]RELEASE"
         )
     return names[0]
 

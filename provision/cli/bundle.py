@@ -78,14 +78,14 @@ def _os_option(values: list[str]) -> dict[str, str]:
     return chosen
 
 
-def _kernel_option(values: list[str]) -> dict[str, str]:
-    """``--kernel VERSION`` (every host without bootstrap_facts.kernel) or ``--kernel HOST=VERSION``."""
+def _host_values(option: str, values: list[str], what: str) -> dict[str, str]:
+    """``OPTION VALUE`` (every host the inventory does not describe) or ``OPTION HOST=VALUE``."""
     chosen: dict[str, str] = {}
     for value in values:
-        host, _, kernel = value.rpartition("=")
-        if not kernel.strip() or any(c.isspace() or c in "/{}" for c in kernel):
-            raise InputError(f"--kernel {value}: not a kernel release (uname -r on the node)")
-        chosen[host] = kernel
+        host, _, given = value.rpartition("=")
+        if not given.strip() or any(c.isspace() or c in "/{}" for c in given):
+            raise InputError(f"{option} {value}: not {what}")
+        chosen[host] = given
     return chosen
 
 
@@ -125,6 +125,12 @@ def build(
         help="With --resolve: kernel (uname -r) of hosts without bootstrap_facts.kernel, for "
         "kernel-devel-/linux-headers-<kernel>: VERSION or HOST=VERSION (repeatable).",
     ),
+    openeuler_release: list[str] = typer.Option(
+        [],
+        "--openeuler-release",
+        help="With --resolve: the release part of openEuler-<version>-<release> on the mirror (LTS-SP1) "
+        "of hosts without bootstrap_facts.os.pretty_name: RELEASE or HOST=RELEASE (repeatable).",
+    ),
     sign_key: str | None = typer.Option(None, "--sign-key", help="GnuPG key to sign the manifest with."),
     gnupg_home: Path | None = typer.Option(
         None, "--gnupg-home", help="GnuPG home holding --sign-key / --repo-key."
@@ -149,9 +155,14 @@ def build(
     err = Console.for_stream(sys.stderr)
     sources_, loaded = _inventory(inventory, inventories, vault_id, vault_password_file, ask_vault_pass)
     plan = needs.plan(loaded, os_names=_os_option(os_name), arch=arch)
-    if kernel and not resolve:
-        raise InputError("--kernel: only with --resolve (it names the kernel packages to resolve)")
-    groups = closure.groups(loaded, plan, _kernel_option(kernel)) if resolve else []
+    for option, given in (("--kernel", kernel), ("--openeuler-release", openeuler_release)):
+        if given and not resolve:
+            raise InputError(f"{option}: only with --resolve (it says what to resolve)")
+    groups = []
+    if resolve:
+        kernels = _host_values("--kernel", kernel, "a kernel release (uname -r on the node)")
+        releases = _host_values("--openeuler-release", openeuler_release, "an openEuler release (LTS-SP1)")
+        groups = closure.groups(loaded, plan, kernels, releases)
     remote = bool(from_mirror and from_mirror.startswith(("http://", "https://")))
     with _file_errors():
         result = builder.build(

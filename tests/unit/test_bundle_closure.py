@@ -390,6 +390,10 @@ def test_a_node_whose_kernel_is_unknown_is_refused_before_anything_is_fetched(
     assert not list(tmp_path.glob("rack.tar*"))
     assert _build(monkeypatch, inventory, tmp_path / "rack.tar", mirror_module, "--kernel", "nohost=1") == 2
     assert "--kernel nohost=1: nohost is not a host" in capsys.readouterr().err
+    args = ("--kernel", "node2=1", "--openeuler-release", "nohost=LTS")
+    assert _build(monkeypatch, inventory, tmp_path / "rack.tar", mirror_module, *args) == 2
+    assert "--openeuler-release nohost=LTS: nohost is not a host" in capsys.readouterr().err
+    assert sources["requests"][before:] == []
 
 
 def test_the_packages_are_the_roles_own(sources: dict[str, Any], tmp_path: Path) -> None:
@@ -418,6 +422,8 @@ def test_the_openeuler_release_is_the_nodes_own_else_the_mirrors_only_one(tmp_pa
     with pytest.raises(
         InputError, match=r"node1: .* several releases: openEuler-22.03-LTS, openEuler-22.03-LTS-SP1"
     ):
+        closure._openeuler_release(group, None)
+    with pytest.raises(InputError, match=r"else give --openeuler-release \[HOST=\]RELEASE"):
         closure._openeuler_release(group, None)
     group.release = "LTS-SP1"
     assert closure._openeuler_release(group, None) == "openEuler-22.03-LTS-SP1"
