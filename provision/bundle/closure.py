@@ -51,7 +51,7 @@ from urllib.parse import unquote, urlparse
 
 import httpx
 
-from provision.bundle.needs import DEB_ARCHES, FLAVOURS, UBUNTU_CODENAMES, Plan
+from provision.bundle.needs import DEB_ARCHES, FLAVOURS, UBUNTU_CODENAMES, Plan, role_flag
 from provision.errors import InputError
 from provision.inventory.load import Inventory, plain
 from provision.inventory.roles import role_os_vars, role_value
@@ -106,14 +106,14 @@ class Group:
 def node_packages(host_vars: Mapping[str, Any], flavour: str, kernel: str | None) -> list[str]:
     """The packages an apply installs on a bare node (the roles' lists, the kernel's name filled in).
 
-    InputError when a package names the kernel and ``kernel`` is None.
+    :class:`KernelUnknown` when a package names the kernel and ``kernel`` is None; InputError for another
+    template in a name.
     """
     os_id, version = FLAVOURS[flavour]
     distribution = _DISTRIBUTION[os_id]
     repos_vars = role_os_vars("openeuler_repos", distribution, version)
     wanted: list[str] = []
-    install = role_value(host_vars, "openeuler_repos_install_packages", "openeuler_repos")
-    if install is None or str(install).lower() in ("true", "yes", "1", "on"):
+    if role_flag(host_vars, "openeuler_repos_install_packages", "openeuler_repos"):
         wanted += [str(name) for name in repos_vars.get("openeuler_repos_packages") or []]
     wanted += [
         str(name) for name in role_value(host_vars, "openeuler_repos_extra_packages", "openeuler_repos") or []
@@ -187,8 +187,7 @@ def groups(
             problems.append(f"{node.host}: {exc}")
             continue
         os_id, version = FLAVOURS[node.os]
-        gpgcheck = role_value(host_vars, "openeuler_repos_gpgcheck", "openeuler_repos")
-        gpgcheck = gpgcheck is None or str(gpgcheck).lower() in ("true", "yes", "1", "on")
+        gpgcheck = role_flag(host_vars, "openeuler_repos_gpgcheck", "openeuler_repos")
         if os_id == "openEuler":
             mirror = str(role_value(host_vars, "openeuler_repos_mirror_url", "openeuler_repos") or "")
             sections = [str(s) for s in role_value(host_vars, "openeuler_repos_sections", "openeuler_repos")]

@@ -101,7 +101,7 @@ class Plan:
 # ------------------------------------------------------------------------------------------ the roles' rules
 
 
-def _flag(host_vars: Mapping[str, Any], name: str, role: str) -> bool:
+def role_flag(host_vars: Mapping[str, Any], name: str, role: str) -> bool:
     value = role_value(host_vars, name, role)
     return bool(boolean(value, strict=False)) if value is not None else False
 
@@ -173,7 +173,7 @@ def node_needs(host: str, host_vars: Mapping[str, Any], flavour: str, arch: str)
     node = NodeNeeds(host=host, os=flavour, arch=arch, stack=stack)
     node.needs += _os_repos(host_vars, flavour, arch)
     node.needs += _run_files(host_vars, locked, arch)
-    if _flag(host_vars, "monitoring_enabled", "monitoring") and _flag(
+    if role_flag(host_vars, "monitoring_enabled", "monitoring") and role_flag(
         host_vars, "monitoring_npu_exporter", "monitoring"
     ):
         name = str(role_value(host_vars, "monitoring_npu_exporter_file", "monitoring"))
@@ -242,7 +242,7 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
     # The steps of a node with nothing installed: every package the role can install.
     for chip in _lines(host_vars, "cann_chip", "cann"):
         for component, version, name in ascend_files.cann_files(
-            cann, nnal, arch=arch, chip=chip, nnal=_flag(host_vars, "cann_install_nnal", "cann")
+            cann, nnal, arch=arch, chip=chip, nnal=role_flag(host_vars, "cann_install_nnal", "cann")
         ):
             per_line.append((name, f"CANN {component} {version}", version, "cann_checksums", chip))
     wanted: list[tuple[str, str, str, str]] = []
