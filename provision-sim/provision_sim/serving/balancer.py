@@ -187,7 +187,8 @@ class Sent:
 
 class Load:
     """``workers`` threads sending completions to ``url`` (``with Load(...) as load:``), each waiting
-    ``pause_s`` after each answer, at most ``max_s``; each request's start, latency and outcome in
+    ``pause_s`` after each answer, at most ``max_s`` and ``max_requests`` in all (:attr:`capped` says
+    whether a bound stopped it before the block ended); each request's start, latency and outcome in
     :attr:`sent`. Back to back (``pause_s`` 0), two clients keep the CPU engine busy on every core of a
     2-core host, which starves the nodes' own control plane (an Ansible task then takes minutes)."""
 
@@ -202,8 +203,11 @@ class Load:
         max_tokens: int = 8,
         timeout_s: float = 60.0,
         max_s: float = 1200.0,
+        max_requests: int = 100_000,
     ) -> None:
         self.url, self.api_key, self.model = url, api_key, model
+        self.max_requests = max_requests
+        self.capped = False
         self.max_tokens, self.timeout_s, self.max_s, self.pause_s = max_tokens, timeout_s, max_s, pause_s
         self.sent: list[Sent] = []
         self._lock = threading.Lock()
@@ -240,7 +244,11 @@ class Load:
 
     def _run(self) -> None:
         deadline = time.monotonic() + self.max_s
-        while not self._stop.is_set() and time.monotonic() < deadline:
+        while not self._stop.is_set():
+            with self._lock:
+                if time.monotonic() > deadline or len(self.sent) >= self.max_requests:
+                    self.capped = True
+                    return
             done = self._one()
             with self._lock:
                 self.sent.append(done)
