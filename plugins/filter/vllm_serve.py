@@ -118,8 +118,10 @@ def vllm_serve_containerize(
     instances: Sequence[Mapping[str, Any]], settings: Mapping[str, Any] | None
 ) -> list[dict[str, Any]]:
     """Container mode: each instance's ``argv`` wrapped in ``docker run`` (``provision.serving.container``),
-    its ``args_text`` rewritten, and ``container`` (``vllm-<pool>``) added. ``settings`` None or empty:
-    the instances unchanged (service mode)."""
+    its ``args_text`` rewritten, and ``container`` (``vllm-<pool>``) added. ``settings["command"]``: what
+    the container runs before the vLLM arguments of an instance that has no command of its own (an API
+    server; a headless worker brings ``vllm serve``); empty: the image's entrypoint serves them. ``settings``
+    None or empty: the instances unchanged (service mode)."""
     if not settings:
         return [dict(item) for item in instances]
     from provision.serving.container import ContainerSettings, container_name, run_argv
@@ -141,7 +143,9 @@ def vllm_serve_containerize(
         for item in instances:
             wrapped = dict(item)
             # argv is the in-container command + vLLM arguments; args the vLLM arguments alone.
-            command = list(item["argv"])[: len(item["argv"]) - len(item["args"])]
+            command = list(item["argv"])[: len(item["argv"]) - len(item["args"])] or [
+                str(word) for word in settings.get("command") or []
+            ]
             wrapped["argv"] = run_argv(item, options, command)
             wrapped["args_text"] = args_file(wrapped["argv"])
             wrapped["container"] = container_name(str(item["pool"]))
@@ -149,6 +153,28 @@ def vllm_serve_containerize(
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_serve: {exc}") from exc
     return out
+
+
+def vllm_serve_image_command(setting: Any, inspected: Mapping[str, Any] | None = None) -> list[str]:
+    """``vllm_serve_image_command`` (empty: read from the image) resolved
+    (``provision.serving.container.image_command``) with the
+    registered result of ``docker image inspect --format '{{json .Config.Entrypoint}}' IMAGE``
+    (``inspected``; skipped, failed or absent: the node lacks the image)."""
+    import json
+
+    from provision.serving.container import image_command
+
+    entrypoint: list[str] | None = None
+    if inspected and inspected.get("rc") == 0:
+        try:
+            found = json.loads(str(inspected.get("stdout") or "null"))
+        except ValueError:
+            found = None
+        entrypoint = [str(word) for word in found] if isinstance(found, list) else []
+    try:
+        return image_command(setting, entrypoint)
+    except InputError as exc:
+        raise AnsibleFilterError(f"vllm_serve: {exc}") from exc
 
 
 def vllm_serve_container_paths(
@@ -218,6 +244,7 @@ def vllm_serve_image_stack(
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
+            "vllm_serve_image_command": vllm_serve_image_command,
             "vllm_serve_image_stack": vllm_serve_image_stack,
             "vllm_serve_instances": vllm_serve_instances,
             "vllm_serve_pending": vllm_serve_pending,

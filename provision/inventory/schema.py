@@ -376,6 +376,8 @@ class HostSettings(BaseModel):
     vllm_serve_image_url: UrlOrEmpty | None = None
     vllm_serve_model_reserve_mb: Annotated[int, Field(ge=0)] | None = None
     vllm_serve_container_devices: Literal["auto", "runtime", "device"] | None = None
+    # The words the serving container runs before the vLLM arguments; [] = read from the image (vllm_serve).
+    vllm_serve_image_command: list[Annotated[str, BeforeValidator(_text), Field(min_length=1)]] | None = None
     # Ansible's own connection variables: a typo here fails on every host at the first SSH otherwise.
     ansible_host: Annotated[str, BeforeValidator(_text), AfterValidator(_no_space)] | None = None
     ansible_port: Annotated[int, Field(ge=1, le=65535)] | None = None

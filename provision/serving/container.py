@@ -17,7 +17,12 @@ implementation shared with service mode) and the role's container settings:
 - the instance's environment passed BY NAME (``-e NAME``): docker copies the value from its own
   environment, which the unit fills from the pool file, the ``env`` file and the root-only ``secret.env``.
   So the API key (``VLLM_API_KEY``) is in no command line and no args file;
-- the model weights and the site's volumes mounted read-only.
+- the model weights and the site's volumes mounted read-only;
+- the command: our image's entrypoint (``container/entrypoint.sh``) serves the vLLM arguments that follow
+  the image; an image without it, such as the official ``quay.io/ascend/vllm-ascend:<tag>`` (its Dockerfile
+  ends in ``CMD ["/bin/bash"]``, its only entrypoint is the CANN base image's, which sources the Ascend
+  environment and runs the command it is given), gets the whole command from the role
+  (:func:`image_command`).
 
 Pure functions; the role calls them through its filter plugin.
 """
@@ -61,6 +66,30 @@ REFUSED_ARGS = {
     "--health-start-period": "set from the profile's load_budget_s (raise that instead)",
     "--no-healthcheck": "the health start period follows the profile's load_budget_s",
 }
+
+OUR_ENTRYPOINT = "/opt/provision/entrypoint.sh"
+"""Our image's entrypoint (``Dockerfile``): it serves the vLLM arguments given after the image."""
+API_SERVER_COMMAND = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+"""What an image without our entrypoint runs before the vLLM arguments: the same API server module that
+service mode and our entrypoint run, with the image's ``python3``."""
+
+
+def image_command(setting: object, entrypoint: Sequence[str] | None) -> list[str]:
+    """What the container runs before the vLLM arguments, for ``vllm_serve_image_command`` ``setting``:
+    a list of words is that command; an empty one reads the image's ``entrypoint`` (its
+    ``Config.Entrypoint``; None when the node lacks the image, as in a dry run on a fresh node: taken as
+    ours): nothing when it is ours, else :data:`API_SERVER_COMMAND`."""
+    if (
+        isinstance(setting, str)
+        or not isinstance(setting, Sequence)
+        or not all(isinstance(word, str) and word for word in setting)
+    ):
+        raise InputError(f"vllm_serve_image_command {setting!r}: a list of words ([]: read from the image)")
+    if setting:
+        return list(setting)
+    if entrypoint is None or list(entrypoint) == [OUR_ENTRYPOINT]:
+        return []
+    return list(API_SERVER_COMMAND)
 
 
 @dataclass(frozen=True)

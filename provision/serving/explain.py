@@ -25,7 +25,13 @@ from provision.inventory.load import Inventory, plain
 from provision.inventory.roles import role_value
 from provision.inventory.schema import HOST_GROUP
 from provision.paths import ansible_root
-from provision.serving.container import DRIVER_MOUNTS, ContainerSettings, run_argv
+from provision.serving.container import (
+    API_SERVER_COMMAND,
+    DRIVER_MOUNTS,
+    ContainerSettings,
+    image_command,
+    run_argv,
+)
 from provision.serving.profiles import NodeRank, instances
 
 DEFAULT_ARCH = "aarch64"
@@ -112,6 +118,17 @@ def _host_records(host: str, variables: Mapping[str, Any], groups: Sequence[Any]
         if mode == "container":
             settings, container_notes = _container(var)
             item_notes += container_notes
+            if not command:  # an API server: the image's entrypoint, or the command the role supplies
+                setting = var("vllm_serve_image_command") or []
+                if setting:
+                    command = image_command(setting, None)
+                elif var("vllm_serve_image"):
+                    item_notes.append(
+                        "vllm_serve_image_command []: shown for an image with our entrypoint, which serves "
+                        "the vLLM arguments; the role reads the image's entrypoint on the node, and an image "
+                        "without it (the official quay.io/ascend/vllm-ascend) gets "
+                        f"`{' '.join(API_SERVER_COMMAND)}` before them"
+                    )
             argv = run_argv(item, settings, command)
         else:
             argv = [*command, *inst.args]

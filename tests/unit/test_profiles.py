@@ -557,6 +557,49 @@ def test_filter_containerize_wraps_argv_and_args_file() -> None:
         FILTERS.vllm_serve_containerize(items, {"image": "i:1", "extra_args": ["--privileged"]})
 
 
+# The official image (vllm-project/vllm-ascend's Dockerfile ends in CMD ["/bin/bash"]; its only entrypoint is
+# the CANN base image's `bash -c 'source .../set_env.sh ... && exec "$@"' --`): the role supplies the command.
+OFFICIAL_ENTRYPOINT = (
+    '["/bin/bash","-c","source /usr/local/Ascend/ascend-toolkit/set_env.sh && exec \\"$@\\"","--"]'
+)
+
+
+@pytest.mark.parametrize(
+    ("setting", "inspected", "command"),
+    [
+        ([], {"rc": 0, "stdout": '["/opt/provision/entrypoint.sh"]'}, []),  # ours serves the arguments
+        ([], {"rc": 0, "stdout": OFFICIAL_ENTRYPOINT}, list(container.API_SERVER_COMMAND)),
+        ([], {"rc": 0, "stdout": "null"}, list(container.API_SERVER_COMMAND)),  # no entrypoint at all
+        ([], {"rc": 1, "stdout": "", "stderr": "No such image"}, []),  # not on the node yet: a dry run
+        ([], {"skipped": True}, []),
+        (["vllm", "serve"], {"rc": 0, "stdout": OFFICIAL_ENTRYPOINT}, ["vllm", "serve"]),
+    ],
+)
+def test_filter_image_command_follows_the_images_entrypoint(
+    setting: Any, inspected: dict[str, Any], command: list[str]
+) -> None:
+    assert FILTERS.vllm_serve_image_command(setting, inspected) == command
+
+
+def test_the_official_image_gets_the_whole_command_before_the_arguments() -> None:
+    items = FILTERS.vllm_serve_instances([POOL_23], TP2, [])
+    official = FILTERS.vllm_serve_image_command([], {"rc": 0, "stdout": OFFICIAL_ENTRYPOINT})
+    image = "quay.io/ascend/vllm-ascend:v0.23.0"
+    [wrapped] = FILTERS.vllm_serve_containerize(items, {"image": image, "command": official})
+    after = wrapped["argv"][wrapped["argv"].index(image) + 1 :]
+    assert after == ["python3", "-m", "vllm.entrypoints.openai.api_server", *items[0]["args"]]
+    # a headless worker keeps its own command (vllm serve)
+    worker = {**items[0], "argv": ["python3", "-m", "w", *items[0]["args"]]}
+    [wrapped] = FILTERS.vllm_serve_containerize([worker], {"image": image, "command": official})
+    assert wrapped["argv"][wrapped["argv"].index(image) + 1] == "python3"
+    assert wrapped["argv"][wrapped["argv"].index(image) + 3] == "w"
+    from ansible.errors import AnsibleFilterError
+
+    for bad in ("auto", ["ok", ""], {"a": 1}):
+        with pytest.raises(AnsibleFilterError, match="a list of words"):
+            FILTERS.vllm_serve_image_command(bad, None)
+
+
 def test_filter_container_paths_and_image_tag() -> None:
     items = FILTERS.vllm_serve_instances([POOL_23], TP2, [])
     devices = ["/dev/davinci2", "/dev/davinci3", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"]

@@ -215,7 +215,11 @@ def _spec_of_annotation(annotation: Any) -> tuple[str, frozenset[str] | None]:
         return "str", frozenset(str(v) for v in typing.get_args(member))
     if origin is list:
         (item,) = typing.get_args(member)
-        return ("list:dict" if isinstance(item, type) and issubclass(item, BaseModel) else "list"), None
+        while typing.get_origin(item) is typing.Annotated:
+            item = typing.get_args(item)[0]
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            return "list:dict", None
+        return f"list:{ {bool: 'bool', int: 'int', float: 'float', str: 'str'}[item] }", None
     if origin is dict:
         return "dict", None
     return {bool: "bool", int: "int", float: "float", str: "str"}[member], None

@@ -30,6 +30,15 @@ site loads the image from its mirror; the mirror's cache key and build are untou
 reach the nodes as a read-only bind mount at the same path (:func:`image_binds`), for ``file://`` URLs.
 
 :func:`broken_image` writes a small image whose entrypoint is missing, for rolling-upgrade drills.
+
+:func:`official_image` writes the stand-in for the OFFICIAL image, ``quay.io/ascend/vllm-ascend:<tag>``, which
+keeps its contract: none of our entrypoint, ``CMD ["/bin/bash"]`` (the end of vllm-project/vllm-ascend's
+``Dockerfile``) and, inherited from its CANN base (Ascend/cann-container-image, e.g.
+``cann/9.0.0-910b-ubuntu22.04-py3.11/Dockerfile``), an entrypoint that sources the toolkit's and NNAL's
+``set_env.sh`` and runs the command it is given: ``docker run IMAGE --model ...`` cannot serve, the role must
+give the whole command. Its ``python3`` is the engine (first on ``PATH``, as the official image's Python holds
+vllm and vllm-ascend), through the same launcher as ``VLLM_PYTHON`` above; the ``set_env.sh`` files are
+stand-ins that set the toolkit's home.
 """
 
 from __future__ import annotations
@@ -51,18 +60,25 @@ from provision_sim.system import locked
 __all__ = [
     "BROKEN_TAG",
     "IMAGE_TAG",
+    "OFFICIAL_TAG",
     "ServeImage",
     "broken_image",
     "ensure_serve_image",
     "image_binds",
     "images_dir",
     "mirror_serve_image",
+    "official_image",
 ]
 
 IMAGE_REPOSITORY = "provision-sim/vllm-cpu"
 IMAGE_TAG = f"{IMAGE_REPOSITORY}:{engine.SPEC['vllm'].split('==')[-1]}"
 """The serving image's tag: the vLLM CPU engine's version (``provision-sim/vllm-cpu:0.32.0``)."""
 BROKEN_TAG = f"{IMAGE_REPOSITORY}:broken"
+OFFICIAL_TAG = f"provision-sim/vllm-ascend-official:{engine.SPEC['vllm'].split('==')[-1]}"
+"""The stand-in for ``quay.io/ascend/vllm-ascend:<tag>`` (:func:`official_image`)."""
+CANN_ENV_SCRIPTS = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/nnal/atb/set_env.sh")
+"""What the CANN base image's entrypoint sources before it runs its arguments (its third, the BiSheng
+compiler's ``set_env.sh`` under a versioned path, has no part here)."""
 ENTRYPOINT_DIR = "/opt/provision"
 ENTRYPOINT_FILES = ("entrypoint.sh", "ascend-env.sh")
 SIM_DIR = "/opt/provision-sim"
@@ -199,6 +215,54 @@ def broken_image(tag: str = BROKEN_TAG) -> ServeImage:
     with locked(folder / ".lock"):
         images.save_image(dest, tag, [layer], config)
     return ServeImage(dest, tag, _sha256(dest), dest.stat().st_size, time.monotonic() - started)
+
+
+def official_image() -> ServeImage:
+    """The stand-in for the official vllm-ascend image (see the module's text): written once per base
+    rootfs and engine path, beside the serving image; load it from its ``file://`` URL, sha256 pinned."""
+    base = base_tarball()
+    shim = (SIM_SOURCE / "vllm-python").read_bytes()
+    entries = [
+        images.Entry(f"{SIM_DIR}/bin/vllm-python", data=shim, mode=0o755),
+        images.Entry(f"{SIM_DIR}/official/python3", data=shim, mode=0o755),
+        images.Entry(
+            f"{SIM_DIR}/python/torch_npu/__init__.py",
+            data=(SIM_SOURCE / "torch_npu" / "__init__.py").read_bytes(),
+            mode=0o644,
+        ),
+    ]
+    home = "/usr/local/Ascend/ascend-toolkit/latest"
+    for script in CANN_ENV_SCRIPTS:
+        text = f"# stand-in for CANN's {script} (provision-sim)\nexport ASCEND_HOME_PATH={home}\n"
+        entries.append(images.Entry(script, data=text.encode(), mode=0o755))
+    layer = images.Layer.from_entries(entries)
+    sources = " && ".join(f"source {script}" for script in CANN_ENV_SCRIPTS)
+    config = images.ImageConfig(
+        env={
+            "PATH": f"{SIM_DIR}/official:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PROVISION_SIM_ENGINE_PYTHON": str(engine.engine_python()),
+            "PYTHONPATH": f"{SIM_DIR}/python",
+        },
+        entrypoint=["/bin/bash", "-c", f'{sources} && exec "$@"', "--"],
+        cmd=["/bin/bash"],
+        labels={"org.opencontainers.image.title": "vllm-ascend official image stand-in (provision-sim)"},
+    )
+    key = hashlib.sha256(
+        json.dumps([CONTENT_VERSION, base.name, base.stat().st_size, layer.diff_id, repr(config)]).encode()
+    ).hexdigest()[:12]
+    folder = images_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / f"vllm-ascend-official-{key}.tar"
+    with locked(folder / ".lock"):
+        started = time.monotonic()
+        seconds = 0.0
+        if not dest.is_file():
+            images.save_image(dest, OFFICIAL_TAG, [images.Layer(base.read_bytes()), layer], config)
+            seconds = time.monotonic() - started
+            for stale in folder.glob("vllm-ascend-official-*.tar"):
+                if stale != dest:
+                    stale.unlink(missing_ok=True)
+        return ServeImage(dest, OFFICIAL_TAG, _sha256(dest), dest.stat().st_size, seconds)
 
 
 def _sha256(path: Path) -> str:
