@@ -18,7 +18,12 @@ through HAProxy (Debian's, started here on loopback, stopped by its PID; ``provi
 in front of both engines, health-checking each node's readiness endpoint: the role drains an instance before
 it restarts, so a client of the balancer should see no failure. Printed: requests sent, failed, p50/p99.
 
-    .venv/bin/python benchmarks/serve_rollout.py [--pause 1.0] [--workers 2] [--json]
+Before the upgrades it times one Ansible task on a node (``ansible node1 -m command -a true``, 3 times) with
+the engines idle, under the paced load (each client waits ``--lb-pause`` after each answer) and under the same
+clients back to back: on 2 cores the back-to-back load starves the nodes' own control plane, which is why the
+drained upgrade once took more than 10 minutes.
+
+    .venv/bin/python benchmarks/serve_rollout.py [--pause 1.0] [--workers 2] [--lb-pause 1.0] [--json]
 
 Needs root and systemd-nspawn (the simulated cluster) and the prepared engine (done here when missing);
 about 6-8 minutes on 2 cores, ~7.5 GB of memory while both engines run.
@@ -51,6 +56,7 @@ POOL = {"name": "smol", "devices": [0], "port": PORT, "profile": "smollm2-cpu"}
 # The balancer's checks, and the role's waits that follow them.
 INTER_S, FALL, RISE = 1.0, 2, 2
 LB_VARS = {
+    "vllm_serve_drain": True,
     "vllm_serve_lb_check_interval_s": INTER_S,
     "vllm_serve_lb_check_fall": FALL,
     "vllm_serve_lb_check_rise": RISE,
@@ -134,6 +140,34 @@ def outages(log: list[tuple[float, str, bool]], urls: list[str]) -> dict[str, fl
     return out
 
 
+def task_seconds(inventory: Path, node: str, times: int = 3) -> list[float]:
+    """Wall seconds of one trivial Ansible task on ``node`` (a fresh SSH connection each time)."""
+    ansible = Path(sys.executable).with_name("ansible")
+    out = []
+    for _ in range(times):
+        started = time.monotonic()
+        subprocess.run(
+            [str(ansible), "-i", str(inventory), node, "-m", "ansible.builtin.command", "-a", "true"],
+            capture_output=True,
+            env={**os.environ, "ANSIBLE_CONFIG": str(Path(__file__).parents[1] / "ansible.cfg")},
+            timeout=900,
+            check=True,
+        )
+        out.append(round(time.monotonic() - started, 1))
+    return out
+
+
+def control_plane(inventory: Path, lb: HAProxy, workers: int, lb_pause: float) -> dict[str, Any]:
+    """One Ansible task's seconds on node1: engines idle, paced load, back-to-back load (through HAProxy)."""
+    out: dict[str, Any] = {"idle": task_seconds(inventory, "node1")}
+    for name, pause in (("paced", lb_pause), ("back_to_back", 0.0)):
+        with Load(lb.url, workers=workers, pause_s=pause) as load:
+            time.sleep(5)
+            out[name] = task_seconds(inventory, "node1")
+        out[f"{name}_load"] = load.summary()
+    return out
+
+
 def upgrade(
     cluster: Cluster,
     inventory: Path,
@@ -142,13 +176,14 @@ def upgrade(
     pause: float,
     lb: HAProxy,
     workers: int,
+    lb_pause: float,
 ) -> dict[str, Any]:
     (inventory.parent / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(settings))
     urls = [f"http://{node.ip}:{PORT}" for node in cluster.nodes]
     lb.wait_up([node.name for node in cluster.nodes])
     client = Client(urls, pause)
     client.start()
-    with Load(lb.url, workers=workers) as load:
+    with Load(lb.url, workers=workers, pause_s=lb_pause) as load:
         rc, seconds, output = provision(inventory, "upgrade", runs)
     client.stop.set()
     client.join(30)
@@ -172,6 +207,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between two client requests")
     parser.add_argument("--workers", type=int, default=2, help="clients sending through HAProxy")
+    parser.add_argument(
+        "--lb-pause", type=float, default=1.0, help="seconds each HAProxy client waits after an answer"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     engine.prepare(progress=lambda text: print(text, file=sys.stderr))
@@ -211,16 +249,18 @@ def main() -> int:
                 rise=RISE,
             )
             with balancer as lb:
+                lb.wait_up([node.name for node in cluster.nodes])
+                results["control_plane"] = control_plane(inventory, lb, args.workers, args.lb_pause)
                 good = {**base, "vllm_serve_profiles": {"smollm2-cpu": profile(max_model_len=2048)}}
                 results["good_upgrade"] = upgrade(
-                    cluster, inventory, runs, good, args.pause, lb, args.workers
+                    cluster, inventory, runs, good, args.pause, lb, args.workers, args.lb_pause
                 )
                 broken = {
                     **good,
                     "vllm_serve_profiles": {"smollm2-cpu": profile(extra_args=["--no-such-flag"])},
                 }
                 results["broken_upgrade"] = upgrade(
-                    cluster, inventory, runs, broken, args.pause, lb, args.workers
+                    cluster, inventory, runs, broken, args.pause, lb, args.workers, args.lb_pause
                 )
     finally:
         cluster.down()
@@ -229,6 +269,12 @@ def main() -> int:
         return 0
     print(f"first apply (bare nodes -> 2 ready instances): {results['first_apply']['seconds']} s")
     print(f"repeat apply (nothing to change):              {results['repeat_apply']['seconds']} s")
+    plane = results["control_plane"]
+    print(
+        f"one Ansible task on node1 (s): idle {plane['idle']}, paced load {plane['paced']} "
+        f"({plane['paced_load']['sent']} requests), back to back {plane['back_to_back']} "
+        f"({plane['back_to_back_load']['sent']} requests)"
+    )
     for step in ("good_upgrade", "broken_upgrade"):
         r = results[step]
         print(
@@ -238,7 +284,8 @@ def main() -> int:
         )
         lb = r["through_haproxy"]
         print(
-            f"  through HAProxy ({args.workers} clients): sent {lb['sent']}, failed {lb['failed']}, "
+            f"  through HAProxy ({args.workers} clients, {args.lb_pause} s pause): sent {lb['sent']}, "
+            f"failed {lb['failed']}, "
             f"p50 {lb['p50_s'] * 1000:.0f} ms, p99 {lb['p99_s'] * 1000:.0f} ms"
         )
     return 0
