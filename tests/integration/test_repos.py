@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provision.ascend import lock
 from provision.inventory.schema import HostSettings
 from provision.inventory.validate import check
 from provision.paths import ansible_root
@@ -71,6 +72,14 @@ def test_mirror_carries_the_locked_stack_and_an_older_one() -> None:
     locked, older = repos.ascend_sets()
     assert locked["driver"] == "25.5.1" and locked["cann"] == "9.1.0"
     assert older == {"driver": "25.0.rc1.1", "firmware": "7.7.0.1.231", "cann": "8.2.RC1", "nnal": "8.2.RC1"}
+    # and the CANN of every other stack of the lock, so provision_stack 0.18.0 converges and upgrades
+    cann = {(s["cann"], s["nnal"]) for s in repos.stack_cann_sets()}
+    assert ("8.5.1", "8.5.1") in cann and ("9.1.0", "9.1.0") not in cann
+    assert cann == {
+        (str(lock.stack(n)["cann"]), str(lock.stack(n)["nnal"]))
+        for n in lock.stack_names()
+        if n != lock.default_stack_name()
+    }
 
 
 @pytest.mark.unit

@@ -12,7 +12,7 @@ simulated installers' sources), laid out like the real mirrors::
           dists/<suite>/{Release,Release.gpg,InRelease}                         signed
           pool/main/*.deb
           provision-sim-archive-keyring.asc                                    the apt signing key
-    ascend/*.run + sha256sums.txt                                              locked stack + an older one
+    ascend/*.run + sha256sums.txt             the CANN of every locked stack, its driver + an older one
 
 ``<arch>`` is the nodes' ``uname -m`` (the host's: nodes are containers), so on a Kunpeng host everything
 is aarch64, as on the real racks. The rpms and debs hold what the Ascend driver installer checks for:
@@ -108,6 +108,11 @@ POST_DIR = "/usr/libexec/provision-sim"
 
 UPGRADE_SET = {"driver": "25.0.rc1.1", "firmware": "7.7.0.1.231", "cann": "8.2.RC1"}
 """An older driver/firmware/CANN set next to the locked one, for upgrade tests."""
+UPGRADE_HDK = {"a3": {"driver": "25.0.rc1.3", "firmware": "7.7.0.3.228"}}
+"""The older HDK release of the other NPU lines: Atlas A3's of HDK 25.0.RC1, ``Atlas-A3-hdk-npu-driver_
+25.0.rc1.3_linux-aarch64.run`` and ``Atlas-A3-hdk-npu-firmware_7.7.0.3.228.run`` (the A3 install notes of
+hicann repositories, [a3ops] in provision/data/hardware.yml). No public 300I Duo file name of an older
+release is at hand: its line has the locked driver only."""
 
 PORT = 8080
 SERVER_READY_S = 10.0
@@ -360,11 +365,32 @@ def ascend_sets() -> list[dict[str, str]]:
     ]
 
 
+def stack_cann_sets() -> list[dict[str, str]]:
+    """The CANN + NNAL of every other stack of the version lock (``provision_stack`` selects one): a site on
+    an older stack installs its CANN from the mirror, and upgrades to the default one."""
+    default = lock.default_stack_name()
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for name in lock.stack_names():
+        entry = lock.stack(name)
+        cann, nnal = str(entry["cann"]), str(entry.get("nnal") or entry["cann"])
+        if name != default:
+            found.setdefault((cann, nnal), {"cann": cann, "nnal": nnal})
+    return list(found.values())
+
+
 def cache_key(target: Target) -> str:
     digest = hashlib.sha256()
     digest.update(
         json.dumps(
-            [CONTENT_VERSION, target.__dict__, ascend_sets(), rootfs.PACKAGES], sort_keys=True
+            [
+                CONTENT_VERSION,
+                target.__dict__,
+                ascend_sets(),
+                UPGRADE_HDK,
+                stack_cann_sets(),
+                rootfs.PACKAGES,
+            ],
+            sort_keys=True,
         ).encode()
     )
     for name, data in mirror._engine_files():  # the .run payload: the simulated installers
@@ -626,20 +652,39 @@ def build_mirror(
             if number == 0
             else [c for c in mirror.COMPONENTS if c != "docker-runtime"],
         )
-    # The locked set for the other NPU lines (A3, 300I Duo): their own driver, firmware and operator
-    # package names, which the roles fetch on a node whose PCI bus shows that line.
+    # The other NPU lines (A3, 300I Duo) get their own driver, firmware and operator package names, which
+    # the roles fetch on a node whose PCI bus shows that line: the locked set, and the line's older HDK
+    # release where one is known (an upgrade starts from it).
     locked_set = ascend_sets()[0]
     for line in sorted({m.base_image_tag for m in load_hardware().models.values()} - {"910b"}):
-        mirror.build_artifacts(
-            dest / "ascend",
-            arch=target.arch,
-            driver=locked_set["driver"],
-            firmware=locked_set["firmware"],
-            cann=locked_set["cann"],
-            nnal=locked_set["nnal"],
-            components=["driver", "firmware", "ops"],
-            line=line,
-        )
+        sets = [(locked_set, ["driver", "firmware", "ops"])]
+        if line in UPGRADE_HDK:
+            sets.append(({**locked_set, **UPGRADE_HDK[line]}, ["driver", "firmware"]))
+        for versions, components in sets:
+            mirror.build_artifacts(
+                dest / "ascend",
+                arch=target.arch,
+                driver=versions["driver"],
+                firmware=versions["firmware"],
+                cann=versions["cann"],
+                nnal=versions["nnal"],
+                components=components,
+                line=line,
+            )
+    # The CANN of every other locked stack (toolkit and NNAL once, the operator package per line), so
+    # `provision_stack: 0.18.0` converges on the sim and upgrades to the default stack from there.
+    for versions in stack_cann_sets():
+        for line in sorted({m.base_image_tag for m in load_hardware().models.values()}):
+            mirror.build_artifacts(
+                dest / "ascend",
+                arch=target.arch,
+                driver=locked_set["driver"],
+                firmware=locked_set["firmware"],
+                cann=versions["cann"],
+                nnal=versions["nnal"],
+                components=["toolkit", "ops", "nnal"] if line == "910b" else ["ops"],
+                line=line,
+            )
 
 
 def _verify_image(folder: Path, busybox_deb: Path, target: Target, work: Path) -> None:

@@ -692,9 +692,9 @@ def install_opp(m: dict[str, Any], o: Options, log: Log) -> int:
     write(f"{vdir}/{arch}-linux/script/{comp}/uninstall.sh", uninstall_script(manifest_path), 0o755)
     write(f"{vdir}/{arch}-linux/ascend_{comp}_install.info", cann_info(m, f"{vdir}/{arch}-linux"))
     progress.at(100)
-    log.info(
-        f"{PACKAGE_NAMES[comp]} package installed successfully! The new version takes effect immediately."
-    )
+    # the package's own name, its NPU line's (Ascend-cann-A3-ops on an Atlas A3)
+    package = str(m.get("name") or PACKAGE_NAMES[comp]).split("_")[0]
+    log.info(f"{package} package installed successfully! The new version takes effect immediately.")
     end(log)
     log.operation("Install", m, "success")
     return 0
