@@ -38,7 +38,9 @@ STACK_OPTION = typer.Option(
 OS_OPTION = typer.Option(
     "openeuler24.03", "--os", help="Base OS of the CANN image: openeuler24.03, ubuntu22.04."
 )
-SOC_OPTION = typer.Option("910b", "--soc", help="SoC family: 910b (Atlas A2) or a3 (Atlas A3).")
+SOC_OPTION = typer.Option(
+    "910b", "--soc", help="SoC family: 910b (Atlas A2), a3 (Atlas A3) or 310p (Atlas 300I Duo)."
+)
 REPOSITORY_OPTION = typer.Option(
     "vllm-ascend",
     "--repository",

@@ -3,8 +3,9 @@
 Pure functions, no engine: ``provision image list`` and the CI workflow (``provision image args``) use the
 same derivation as ``provision image build``, so a tag always means the same stack.
 
-Tag: ``<repository>:<vllm-ascend>-cann<CANN>-<os>-<arch>``, with ``-a3`` after the CANN part for Atlas A3
-images (``vllm-ascend:0.23.0-cann9.1.0-openeuler24.03-arm64``, ``...-cann9.1.0-a3-ubuntu22.04-arm64``).
+Tag: ``<repository>:<vllm-ascend>-cann<CANN>-<os>-<arch>``, with ``-a3`` (Atlas A3) or ``-310p`` (Atlas 300I
+Duo) after the CANN part (``vllm-ascend:0.23.0-cann9.1.0-openeuler24.03-arm64``,
+``...-cann9.1.0-a3-ubuntu22.04-arm64``, ``...-cann9.1.0-310p-openeuler24.03-arm64``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.ascend import lock
+from provision.ascend.hardware import load_hardware
 from provision.errors import InputError
 
 DEFAULT_REPOSITORY = "vllm-ascend"
@@ -25,8 +27,12 @@ DEFAULT_REPOSITORY = "vllm-ascend"
 OS_VARIANTS = ("openeuler24.03", "ubuntu22.04")
 DEFAULT_OS = "openeuler24.03"
 
-# SoC families: the CANN image tag part and vllm-ascend's SOC_VERSION build setting.
-SOCS: Mapping[str, str] = {"910b": "ascend910b1", "a3": "ascend910_9391"}
+# SoC families (NPU lines): the CANN image tag part and vllm-ascend's SOC_VERSION build setting, one per
+# hardware model of provision/data/hardware.yml: 910b -> ascend910b1 (A2), a3 -> ascend910_9391 (A3),
+# 310p -> ascend310p1 (300I Duo).
+SOCS: Mapping[str, str] = {
+    model.base_image_tag: model.image_soc_version for model in load_hardware().models.values()
+}
 DEFAULT_SOC = "910b"
 
 # Kunpeng servers are arm64; the tag names the architecture the image was built for.

@@ -5,7 +5,7 @@
 serving role reads them (``docker image inspect``) and compares them with what the node runs:
 
 * the **NPU line**: an image built for one SoC family (``SOC_VERSION``: ``ascend910b1`` for A2,
-  ``ascend910_9391`` for A3) does not run on another; the node's line comes from its PCI device id (the
+  ``ascend910_9391`` for A3, ``ascend310p1`` for a 300I Duo) does not run on another; the node's line comes from its PCI device id (the
   facts probe);
 * the **driver**: the CANN inside the image works with a range of Ascend HDK releases (CANN's release notes,
   the lock's ``hdk`` lines). A driver too old for the CANN in the image is among the most reported start
@@ -63,8 +63,8 @@ def verdict(
     if soc and line and soc != line:
         problems.append(
             f"{image} is built for the {soc} NPU line ({SOC}={soc}); {host} shows {line} NPUs on its PCI "
-            f"bus: serve the image built for {line} (vllm_serve_image_soc: {line}, or `provision image "
-            f"build --soc {line}`)"
+            f"bus: serve the image built for {line} (leave vllm_serve_image_soc unset, which follows the "
+            f"node's line, or set it to {line}; `provision image build --soc {line}`)"
         )
     found = _hdk_lines(labels)
     cann = labels.get(CANN, "?")

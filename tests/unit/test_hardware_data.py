@@ -125,7 +125,8 @@ def test_other_readers_agree_with_the_data() -> None:
     families = {m.pci_id: m.family for m in hardware.load_hardware().models.values()}
     assert {k: pci.ASCEND_MODELS[k] for k in families} == families
     assert pci.ascend_model(0xD803) == "910_93"
-    # provision/image/spec.py keeps its own SoC table; the SoC names must not drift apart.
+    # provision/image/spec.py reads its SoC table from the data: every model's line, nothing else.
+    assert sorted(spec.SOCS) == sorted(m.base_image_tag for m in hardware.load_hardware().models.values())
     for line, soc in spec.SOCS.items():
         model = hardware.model_for_line(line)
         assert model is not None and model.image_soc_version == soc

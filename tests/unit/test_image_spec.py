@@ -28,6 +28,7 @@ DOCKERFILE = ROOT / "Dockerfile"
         ("ubuntu22.04", "910b", "aarch64", "0.23.0-cann9.1.0-ubuntu22.04-arm64"),
         ("openeuler24.03", "a3", "arm64", "0.23.0-cann9.1.0-a3-openeuler24.03-arm64"),
         ("ubuntu22.04", "a3", "x86_64", "0.23.0-cann9.1.0-a3-ubuntu22.04-amd64"),
+        ("openeuler24.03", "310p", "arm64", "0.23.0-cann9.1.0-310p-openeuler24.03-arm64"),
     ],
 )
 def test_tag_carries_the_lock(os_variant: str, soc: str, arch: str, tag: str) -> None:
@@ -42,6 +43,9 @@ def test_base_image_of_the_default_target_is_the_locks() -> None:
     a3 = spec.default_target(soc="a3", os_variant="ubuntu22.04")
     assert a3.base_image == "quay.io/ascend/cann:9.1.0-a3-ubuntu22.04-py3.12"
     assert a3.build_args()["SOC_VERSION"] == "ascend910_9391"
+    duo = spec.default_target(soc="310p")
+    assert duo.base_image == "quay.io/ascend/cann:9.1.0-310p-openeuler24.03-py3.12"
+    assert duo.build_args()["SOC_VERSION"] == "ascend310p1"
 
 
 def test_dockerfile_defaults_equal_the_lock() -> None:
@@ -161,7 +165,7 @@ def test_bad_platforms_are_refused(bad: str) -> None:
 
 
 def test_unknown_stack_os_soc_are_refused() -> None:
-    for kwargs in ({"stack": "9.9.9"}, {"os_variant": "centos7"}, {"soc": "310p"}):
+    for kwargs in ({"stack": "9.9.9"}, {"os_variant": "centos7"}, {"soc": "310"}):
         with pytest.raises(InputError):
             spec.default_target(**kwargs)  # type: ignore[arg-type]
 

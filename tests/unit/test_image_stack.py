@@ -37,7 +37,15 @@ def test_an_image_of_another_npu_line_is_refused() -> None:
     assert problem.startswith(
         "img-a3 is built for the a3 NPU line (provision.stack.soc=a3); node1 shows 910b"
     )
-    assert "vllm_serve_image_soc: 910b" in problem
+    assert "leave vllm_serve_image_soc unset, which follows the node's line, or set it to 910b" in problem
+
+
+def test_a_300i_duo_image_on_a_300i_duo_node_fits_and_on_an_a2_node_is_refused() -> None:
+    duo = spec.Target("0.23.0", soc="310p").labels()
+    assert duo["provision.stack.soc"] == "310p"
+    assert verdict("img-310p", duo, host="node3", driver="25.5.1", line="310p").problems == []
+    (problem,) = verdict("img-310p", duo, host="node1", driver="25.5.1", line="910b").problems
+    assert "built for the 310p NPU line" in problem and "node1 shows 910b" in problem
 
 
 def test_an_unknown_stack_is_judged_by_its_cann_and_an_unknown_cann_says_the_driver_was_not_compared() -> (

@@ -83,7 +83,7 @@ WRONG_TYPES: list[tuple[str, dict[str, str], list[str]]] = [
     (
         "choices-after-ansibles-str-conversion",
         {"inventory.ini": GOOD_INI, "group_vars/npu_nodes.yml": "vllm_serve_image_soc: 910\n"},
-        ["vllm_serve_image_soc = 910: allowed: '910b' or 'a3'"],
+        ["vllm_serve_image_soc = 910: allowed: '910b', 'a3' or '310p'"],
     ),
     (
         "list-elements-by-index",
