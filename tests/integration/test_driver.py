@@ -22,9 +22,12 @@ from typing import Any
 import pytest
 
 from provision.ascend import lock, parse_install_log, parse_npu_smi_board, parse_npu_smi_info
+from provision.ascend.facts import PROBE_SCRIPT, facts_from_probe
 from provision.ascend.hardware import model_for_line
+from provision.image.spec import Target
 from provision.paths import ansible_root
 from provision.runner.run import ansible_env
+from provision.serving.image_stack import verdict
 from provision_sim import hardware
 from provision_sim.cluster import Cluster
 from tests.helpers import Run, cluster_vars, copy_inventory, exists, host_vars, sh
@@ -43,6 +46,12 @@ OLD: dict[str, Any] = {
 }
 INSTALL_LOG = "/var/log/ascend_seclog/ascend_install.log"
 FACT = "/etc/ansible/facts.d/ascend.fact"
+CANN_FACT = "/etc/ansible/facts.d/cann.fact"
+# The stack a site upgrades from, with an older HDK release of its lines per NPU line (driver, firmware): the
+# A2's 25.0.rc1.1 (the 910B samples) and the A3's 25.0.rc1.3 (the A3 install notes, [a3ops] of
+# provision/data/hardware.yml), both on the simulated mirror.
+OLD_STACK = "0.18.0"
+OLD_HDK = {"910b": ("25.0.rc1.1", "7.7.0.1.231"), "a3": ("25.0.rc1.3", "7.7.0.3.228")}
 POST_GATE = "ascend_driver : Check the driver, firmware, device nodes and NPU health after the reboot"
 REBOOT = "ascend_driver : Reboot to load the new driver and firmware"
 
@@ -118,6 +127,18 @@ def log_order(cluster: Cluster, node: str, *messages: str) -> list[int]:
 
 def when(value: str) -> datetime:
     return datetime.fromisoformat(value)
+
+
+def image_problems(cluster: Cluster, node: str, stack: str) -> list[str]:
+    """What the serving role's image-stack check says of ``stack``'s image on ``node``: the image
+    ``provision image build`` labels for the node's NPU line (the role's default vllm_serve_image_soc),
+    judged against the facts the role reads there (the ascend_facts probe: PCI line, driver)."""
+    npus = facts_from_probe(sh(cluster, node, PROBE_SCRIPT))["ascend_npus"]
+    target = Target(stack, soc=npus["line"])
+    found = verdict(
+        target.reference, target.labels(), host=node, driver=npus["driver_version"], line=npus["line"]
+    )
+    return found.problems
 
 
 # -- fresh install -------------------------------------------------------------------------------------------
@@ -196,43 +217,87 @@ def test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing(
 # -- upgrade ------------------------------------------------------------------------------------------------
 
 
-def test_upgrade_uses_the_upgrade_order_and_reboots_one_node_at_a_time(
+def test_stack_upgrade_0_18_to_0_23_goes_firmware_driver_cann_image_one_node_at_a_time(
     sim_cluster_factory: ClusterFactory, tmp_path: Path
 ) -> None:
+    """A site on the v0.18.0 stack (CANN 8.5.1) with an older HDK of that stack's lines (25.0.RC1: the A2's
+    25.0.rc1.1, the A3's 25.0.rc1.3), an Atlas A2 node and an Atlas A3 node, upgrades to the default stack
+    (v0.23.0: CANN 9.1.0 needs HDK 25.2 or later). The order: firmware then driver, one node at a time,
+    each node rebooted and gated before the next; then CANN; then the serving image of the new stack, which
+    fits the new driver and would have been refused on the old one. It ends healthy and on the lock."""
     npus = 2
-    cluster = sim_cluster_factory("drv-upg", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=npus)
+    cluster = sim_cluster_factory(
+        "drv-upg", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", npus=npus, model_list="910B3,910_93"
+    )
     names = [node.name for node in cluster.nodes]
-    inv = inventory(cluster, tmp_path, **OLD)
+    lines = dict(zip(names, ("910b", "a3"), strict=True))
+    chips_per_npu = dict(zip(names, (1, 2), strict=True))
+    old, new = lock.stack(OLD_STACK), LOCKED
+    # The old stack is selected, its HDK pinned per node inside the stack's lines: no unlock needed.
+    inv = inventory(cluster, tmp_path, provision_stack=OLD_STACK)
+    for name in names:
+        driver, firmware = OLD_HDK[lines[name]]
+        assert lock.hdk_matches(driver, old["hdk"]) and not lock.hdk_matches(driver, new["hdk"])
+        host_vars(inv, name, {"ascend_driver_version": driver, "ascend_driver_firmware_version": firmware})
     assert provision("apply", inv, "repos").rc == 0
 
     # The older stack, installed with plain ansible-playbook (the playbooks need no provision).
-    old = ansible_playbook(inv, "driver", "cann")
-    assert old.returncode == 0, old.stdout[-4000:]
+    installed = ansible_playbook(inv, "driver", "cann")
+    assert installed.returncode == 0, installed.stdout[-4000:]
+    arch = sh(cluster, names[0], "uname -m").strip()
     for name in names:
-        assert_driver_running(
-            cluster, name, OLD["ascend_driver_version"], OLD["ascend_driver_firmware_version"], npus
+        assert_driver_running(cluster, name, *OLD_HDK[lines[name]], npus, chips_per_npu[name])
+        cann = json.loads(sh(cluster, name, f"cat {CANN_FACT}"))
+        assert (cann["toolkit"], cann["ops"], cann["nnal"]) == (old["cann"], old["cann"], old["nnal"]), name
+        model = model_for_line(lines[name])
+        assert model is not None
+        ops = model.cann_ops_file(str(old["cann"]), arch, new_layout=True)
+        assert f"{ops.split('_')[0]} package installed successfully" in sh(
+            cluster, name, f"cat {INSTALL_LOG}"
         )
-        assert exists(cluster, name, "/usr/local/Ascend/ascend-toolkit/8.2.RC1")
+    # The image step, judged before it is taken: the new stack's image (its tag from the stack and the node's
+    # NPU line, as vllm_serve_image's default) does not fit the old driver; the old stack's image does.
+    assert all(image_problems(cluster, name, OLD_STACK) == [] for name in names)
+    refused = {name: image_problems(cluster, name, str(new["name"])) for name in names}
+    for name, problems in refused.items():
+        (problem,) = problems
+        assert f"carries CANN {new['cann']} (stack {new['name']})" in problem, problem
+        assert f"{name} runs NPU driver {OLD_HDK[lines[name]][0]}" in problem, problem
     before = cluster.boots()
 
-    inventory(cluster, tmp_path)  # back to the lock
+    inventory(cluster, tmp_path)  # back to the default stack and its locked HDK
+    for name in names:
+        host_vars(inv, name, None)
     # The stack upgrade: driver and firmware one node at a time, then CANN.
     upgrade = provision("apply", inv, "driver", "-e", "ascend_driver_serial=1")
     assert upgrade.rc == 0, upgrade.explain()
-    cann = provision("apply", inv, "cann")
-    assert cann.rc == 0, cann.explain()
-    driver, firmware = str(LOCKED["driver"]), str(LOCKED["firmware"])
+    cann_run = provision("apply", inv, "cann")
+    assert cann_run.rc == 0, cann_run.explain()
+    driver, firmware = str(new["driver"]), str(new["firmware"])
     assert cluster.boots() == {name: count + 1 for name, count in before.items()}
     for name in names:
-        assert_driver_running(cluster, name, driver, firmware, npus)
-        old_install, fw_upgrade, drv_upgrade = log_order(
+        assert_driver_running(cluster, name, driver, firmware, npus, chips_per_npu[name])
+        old_install, fw_upgrade, drv_upgrade, toolkit, nnal = log_order(
             cluster,
             name,
             "[Driver] Driver package installed",
             "[Firmware] Firmware package upgraded",
             "[Driver] Driver package upgraded",
+            f"[Toolkit] Install Ascend-cann-toolkit {new['cann']}",
+            "[NNAL] Ascend-cann-nnal package installed",
         )
-        assert old_install < fw_upgrade < drv_upgrade, f"{name}: an upgrade must be firmware, then driver"
+        assert old_install < fw_upgrade < drv_upgrade < toolkit < nnal, (
+            f"{name}: an upgrade is firmware, then driver, then CANN"
+        )
+        cann = json.loads(sh(cluster, name, f"cat {CANN_FACT}"))
+        assert (cann["toolkit"], cann["ops"], cann["nnal"]) == (new["cann"], new["cann"], new["nnal"]), name
+        assert not exists(cluster, name, f"/usr/local/Ascend/cann-{old['cann']}"), name
+        assert exists(cluster, name, f"/usr/local/Ascend/cann-{new['cann']}"), name
+        env = sh(cluster, name, "bash -lc 'echo $ASCEND_TOOLKIT_HOME'").strip()
+        assert env == "/usr/local/Ascend/cann"
+    # ... and now the new stack's image fits every node.
+    fits = {name: image_problems(cluster, name, str(new["name"])) for name in names}
+    assert fits == {name: [] for name in names}, fits
 
     # Batches of one: each node rebooted and passed the post-reboot gate before the next one rebooted.
     reboots, gates = upgrade.events(REBOOT), upgrade.events(POST_GATE)
@@ -241,17 +306,18 @@ def test_upgrade_uses_the_upgrade_order_and_reboots_one_node_at_a_time(
     for first, second in itertools.pairwise(order):
         assert when(reboots[first]["end"]) <= when(gates[first]["end"]) <= when(reboots[second]["start"])
 
-    # CANN moved from the <= 8.3 layout to the >= 8.5 one.
-    for name in names:
-        assert not exists(cluster, name, "/usr/local/Ascend/ascend-toolkit/8.2.RC1")
-        assert exists(cluster, name, f"/usr/local/Ascend/cann-{LOCKED['cann']}")
-        env = sh(cluster, name, "bash -lc 'echo $ASCEND_TOOLKIT_HOME'").strip()
-        assert env == "/usr/local/Ascend/cann"
-
     for playbook in ("driver", "cann"):
         again = provision("apply", inv, playbook)
         assert again.rc == 0, again.explain()
         assert again.changed() == dict.fromkeys(names, 0), playbook
+    report = provision("apply", inv, "report")
+    assert report.rc == 0, report.explain()
+    stack = (
+        f"stack {new['name']}: driver {driver}, firmware {firmware}, CANN {new['cann']}, NNAL {new['nnal']}"
+    )
+    assert {
+        h: r.get("msg") for h, r in report.results("Report the stack against the version lock").items()
+    } == (dict.fromkeys(names, f"{stack}; matches the lock"))
 
 
 # -- drills: each failure stops its node before any change; the others converge -----------------------------

@@ -65,7 +65,10 @@ from provision.ascend import (
     parse_firmware_version_info,
     parse_npu_smi_board,
     parse_npu_smi_info,
+    parse_npu_smi_usages,
 )
+from provision.ascend.facts import PROBE_SCRIPT, facts_from_probe
+from provision.ascend.hardware import HardwareModel, model_for_chip
 from provision_sim import faults, hardware
 from provision_sim.cluster import Cluster
 from provision_sim.mirror import repos
@@ -96,7 +99,10 @@ REBOOT = "ascend_driver : Reboot to load the new driver and firmware"
 PACKAGES_TASK = "openeuler_repos : Packages to install once the sources are in place"
 
 SITE_OS = "openeuler-22.03,ubuntu-22.04,openeuler-24.03"
-NPUS = 8
+# One server of each hardware model vllm-ascend runs on: an Atlas 800 A2 (node1, which serves), an Atlas 800
+# A3 (node2: 8 chips = 4 NPUs x 2 dies here) and an Atlas 300I Duo server (node3: 4 cards x 2 chips).
+SITE_MODELS = "910B3,910_93,310P3"
+NPUS = 8  # chips per node: one /dev/davinciN, one pool device id, one PCI function each
 API_KEY = "site-test-key"
 # Every node: two pools that serve nothing (files only). node1 (openEuler) and node2 (Ubuntu): a pool serving
 # smollm2-cpu on port 8000.
@@ -408,6 +414,12 @@ class Site:
     def flavour(self, node: str) -> str:
         return self.cluster.node(node).flavour
 
+    def model(self, node: str) -> HardwareModel:
+        """The node's hardware model (provision/data/hardware.yml), from the sim's npu-smi Name."""
+        found = model_for_chip(self.cluster.node(node).model)
+        assert found is not None, node
+        return found
+
     def sh(self, node: str, script: str) -> str:
         return sh(self.cluster, node, script)
 
@@ -456,7 +468,9 @@ def site(
     it, apply again with --full, apply (verified); site.yml, ``provision --json``, timed and recorded."""
     engine.prepare()  # cached: instant after the first time
     started = time.monotonic()
-    cluster = sim_cluster_module_factory("site", nodes=3, os_list=SITE_OS, npus=NPUS, binds=engine_binds())
+    cluster = sim_cluster_module_factory(
+        "site", nodes=3, os_list=SITE_OS, npus=NPUS, binds=engine_binds(), model_list=SITE_MODELS
+    )
     up_s = time.monotonic() - started
     inventory = copy_inventory(
         cluster, tmp_path_factory.mktemp("site"), cluster_vars(cluster, **serving_settings())
@@ -593,14 +607,15 @@ def test_plan_of_a_fresh_site_lists_installers_reboots_and_pools(site: Site) -> 
     arch = site.arch
     for name in site.names:
         tasks = plan.tasks(name)
+        model = site.model(name)  # each node fetches its own line's files (the line its PCI bus shows)
         assert [task for task in tasks if task.startswith("ascend_driver : Would run ")] == [
-            f"ascend_driver : Would run Ascend-hdk-910b-npu-driver_{DRIVER}_linux-{arch}.run",
-            f"ascend_driver : Would run Ascend-hdk-910b-npu-firmware_{FIRMWARE}.run",
+            f"ascend_driver : Would run {model.driver_file(DRIVER, arch)}",
+            f"ascend_driver : Would run {model.firmware_file(FIRMWARE)}",
         ], tasks
         assert REBOOT in tasks
         assert [task for task in tasks if task.startswith("cann : Would run ")] == [
             f"cann : Would run Ascend-cann-toolkit_{CANN}_linux-{arch}.run",
-            f"cann : Would run Ascend-cann-910b-ops_{CANN}_linux-{arch}.run",
+            f"cann : Would run {model.cann_ops_file(CANN, arch, new_layout=True)}",
             f"cann : Would run Ascend-cann-nnal_{NNAL}_linux-{arch}.run",
         ], tasks
         assert "npu_pools : Write one environment file per pool" in tasks
@@ -653,7 +668,8 @@ def test_a_node_losing_power_in_its_driver_install_is_unreachable_then_converged
     assert stats[DRILL_NODE]["unreachable"] == 1 and stats[DRILL_NODE]["failed"] == 0, stats
     assert all(stats[name]["failed"] == stats[name]["unreachable"] == 0 for name in others), stats
     (lost,) = [f for f in first.summary["failures"] if f["host"] == DRILL_NODE]
-    driver_run = f"{DRIVER_RUN_TASK}Ascend-hdk-910b-npu-driver_{DRIVER}_linux-{site.arch}.run"
+    drill_model = site.model(DRILL_NODE)
+    driver_run = f"{DRIVER_RUN_TASK}{drill_model.driver_file(DRIVER, site.arch)}"
     assert lost["unreachable"] is True and lost["task"] == driver_run, lost
     assert first.summary["recorded"] == others
     endpoints = [(e["host"], e["pool"], e["ready"]) for e in first.summary["endpoints"]]
@@ -675,7 +691,7 @@ def test_a_node_losing_power_in_its_driver_install_is_unreachable_then_converged
     assert recovered.summary["drift"] == {DRILL_NODE: NO_RECORD}
     assert recovered.summary["recorded"] == [DRILL_NODE]
     driver_runs = [c["task"] for c in recovered.changes(DRILL_NODE) if c["task"].startswith(DRIVER_RUN_TASK)]
-    assert driver_runs == [driver_run, f"{DRIVER_RUN_TASK}Ascend-hdk-910b-npu-firmware_{FIRMWARE}.run"]
+    assert driver_runs == [driver_run, f"{DRIVER_RUN_TASK}{drill_model.firmware_file(FIRMWARE)}"]
     version = site.sh(DRILL_NODE, "cat /usr/local/Ascend/driver/version.info")
     assert parse_driver_version_info(version).version == DRIVER
     install_info = site.sh(DRILL_NODE, "cat /etc/ascend_install.info").splitlines()
@@ -865,12 +881,50 @@ def test_node_driver_firmware_device_nodes_and_npu_health(site: Site) -> None:
         listed = site.sh(name, "stat -c '%n|%F|%U' " + " ".join(devices)).splitlines()
         assert listed == [f"{device}|character special file|HwHiAiUser" for device in devices], name
 
+        model = site.model(name)
         info = parse_npu_smi_info(site.sh(name, "npu-smi info"))
-        assert info.npu_ids == tuple(range(NPUS)), name
+        assert info.npu_ids == tuple(range(NPUS // model.chips_per_npu)), name
         assert info.all_healthy and {npu.health for npu in info.npus} == {"OK"}, name
         assert info.driver_version == DRIVER, name
         board = parse_npu_smi_board(site.sh(name, "npu-smi info -t board -i 0"))
         assert (board.software_version, board.firmware_version, board.compatible) == (DRIVER, FIRMWARE, True)
+
+
+def test_node_of_each_hardware_model_shows_its_configuration_to_the_tools(site: Site) -> None:
+    """The A2, the A3 and the 300I Duo node: what lspci, npu-smi (table, board, usages) print parses to the
+    model of provision/data/hardware.yml the node was made as, and the facts the roles read name its line."""
+    site.converged()
+    lines = {}
+    for name in site.names:
+        model = site.model(name)
+        chip_name = site.cluster.node(name).model
+        spec = model.chips[chip_name]
+        npus = facts_from_probe(site.sh(name, PROBE_SCRIPT))["ascend_npus"]
+        assert (npus["count"], npus["hardware_model"], npus["line"]) == (
+            NPUS,
+            model.name,
+            model.base_image_tag,
+        )
+        assert npus["pci_device_ids"] == [model.pci_device_id], name
+        lines[name] = npus["line"]
+        info = parse_npu_smi_info(site.sh(name, "npu-smi info"))
+        per = model.chips_per_npu
+        assert [(n.id, n.chip_id, n.name) for n in info.npus] == [
+            (chip // per, chip % per, chip_name) for chip in range(NPUS)
+        ], name
+        if spec.hbm_mb:
+            assert {n.hbm_total_mb for n in info.npus} == {spec.hbm_mb}, name
+        else:  # the 300I Duo has DDR, no HBM: npu-smi's Memory-Usage column
+            assert {n.hbm_total_mb for n in info.npus} == {None}, name
+            assert info.npus[0].memory_total_mb == spec.ddr_mb, name
+        board = parse_npu_smi_board(site.sh(name, "npu-smi info -t board -i 1"))
+        assert (board.npu_id, board.chip_count, board.pci_device_id) == (1, per, model.pci_id), name
+        usages = parse_npu_smi_usages(site.sh(name, "npu-smi info -t usages -i 1"))
+        assert [u.chip_id for u in usages.chips] == list(range(per)), name
+        # the CANN operator package of its own line (Ascend-cann-910b-ops / -A3-ops / -310p-ops)
+        ops = model.cann_ops_file(CANN, site.arch, new_layout=True).split("_")[0]
+        assert f"{ops} package installed successfully" in site.sh(name, f"cat {INSTALL_LOG}"), name
+    assert lines == {"node1": "910b", "node2": "a3", "node3": "310p"}
 
 
 def test_node_cann_environment_and_version(site: Site) -> None:
