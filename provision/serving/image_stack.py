@@ -5,8 +5,8 @@
 serving role reads them (``docker image inspect``) and compares them with what the node runs:
 
 * the **NPU line**: an image built for one SoC family (``SOC_VERSION``: ``ascend910b1`` for A2,
-  ``ascend910_9391`` for A3, ``ascend310p1`` for a 300I Duo) does not run on another; the node's line comes from its PCI device id (the
-  facts probe);
+  ``ascend910_9391`` for A3, ``ascend310p1`` for a 300I Duo) does not run on another; the node's line comes
+  from its PCI device id (the facts probe);
 * the **driver**: the CANN inside the image works with a range of Ascend HDK releases (CANN's release notes,
   the lock's ``hdk`` lines). A driver too old for the CANN in the image is among the most reported start
   failures (vllm-ascend#5468, #3190; GPUStack#755).
