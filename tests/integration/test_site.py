@@ -3,17 +3,21 @@
 Where each "Done when" item of #4 is tested
 -------------------------------------------
 * A mixed cluster: plan -> apply -> apply again = 0 changed -> the nodes asserted. HERE: one cluster for the
-  module (``site`` fixture: openEuler 22.03, Ubuntu 22.04, openEuler 24.03; 8 NPUs each; the real vLLM CPU
-  engine bound in, node1 and node2 serve smollm2-cpu), ``test_plan_*``, ``test_apply_*``, ``test_node_*``,
+  module (``site`` fixture: openEuler 22.03, Ubuntu 22.04, openEuler 24.03; one of each hardware model, an
+  Atlas 800 A2, an Atlas 800 A3 and an Atlas 300I Duo server, 8 chips each, each fetching its own line's
+  driver, firmware and operator package; the real vLLM CPU engine bound in, node1 (the A2, openEuler) and
+  node2 (the A3, Ubuntu) serve smollm2-cpu), ``test_plan_*``, ``test_apply_*``, ``test_node_*``
+  (``test_node_of_each_hardware_model_*``: the tools' outputs of each model parse to its configuration),
   ``test_serving_*``, ``test_stack_report_*``. daemon.json: the "container runtime" section below
   (``test_container_runtime_*``). Each stage alone, in more depth: test_repos.py (mirror, stray sources),
   test_driver.py::test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing, test_cann.py (both
   package layouts), test_npu_pools_local.py, serving/test_serve.py (both modes: rolling upgrade, rollback).
 * An upgrade of driver/firmware and CANN uses the upgrade order, reboots in batches, passes the gate:
-  test_driver.py::test_upgrade_uses_the_upgrade_order_and_reboots_one_node_at_a_time (older stack ->
-  the lock; firmware-then-driver in each node's install log; ``ascend_driver_serial=1``: each node's reboot
-  and post-reboot gate end before the next node reboots; CANN moved to the >= 8.5 layout; re-apply 0
-  changed) and test_cann.py::test_both_layouts_then_upgrade (CANN ``--upgrade`` over the <= 8.3 layout).
+  test_driver.py::test_stack_upgrade_0_18_to_0_23_goes_firmware_driver_cann_image_one_node_at_a_time (the
+  v0.18.0 stack on an A2 and an A3 node -> the default v0.23.0; firmware, driver, CANN in each node's install
+  log; ``ascend_driver_serial=1``: each node's reboot and post-reboot gate end before the next node reboots;
+  the new stack's image refused on the old driver, fitting after; re-apply 0 changed, the stack report on the
+  lock) and test_cann.py::test_both_layouts_then_upgrade (CANN ``--upgrade`` over the <= 8.3 layout).
 * Plain ``ansible-playbook -i inventory.ini provision.ascend.site``: HERE,
   ``test_faulty_nodes_stop_before_any_change_while_plain_ansible_playbook_converges_the_healthy_one``
   (from an empty project directory outside the checkout with the user's own minimal ansible.cfg, the

@@ -13,6 +13,11 @@ the simulated driver with npu-smi, docker and the real vLLM CPU engine on both n
    and its fix; its running instance untouched; node2 served on, unchanged.
 3. Everything taken away, ONE more apply: both nodes pass the checks and nothing changes or restarts (an
    instance running on its own NPUs is not foreign).
+
+Before those, the image-stack check: node1 is given an image whose stack labels say it was built for the
+Atlas A3 line (``provision.stack.soc=a3``, the serving image relabelled with ``docker commit --change``)
+while its PCI bus shows 910B NPUs. ``apply -p serve``: refused before anything is written or started, the
+message naming the image's line and the node's; its running instance untouched, node2 unchanged.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ DESCRIPTION = {
     "metadata": {},
     "optional": {},
 }
+# The serving image, relabelled as built for the Atlas A3 line (node1 shows 910B NPUs).
+OTHER_LINE_IMAGE = "provision-sim/vllm-cpu:a3-labels"
+SOC_LABEL = "provision.stack.soc"
 PRESERVE = "vllm_serve : Check the pools' NPUs, HBM and weights before anything starts"
 SMOKE = "vllm_serve : Post-start smoke inside the instance"
 
@@ -82,6 +90,47 @@ def task_results(run: Run, prefix: str) -> dict[str, dict[str, Any]]:
         if event.get("event") == "runner_on_ok" and name.startswith(prefix):
             found[str(data["host"])] = data.get("res") or {}
     return found
+
+
+@dataclass
+class StackRefusal:
+    refused: Run
+    started_before: dict[str, str]
+    started_after: dict[str, str]
+    args_before: str
+    args_after: str
+    node1_answer: str
+
+
+@pytest.fixture(scope="module")
+def stack_refusal(served: Served) -> StackRefusal:
+    """node1 told to serve OTHER_LINE_IMAGE: the serving image with its SoC label changed to a3."""
+    assert served.image is not None
+    own_host_vars = served.inventory.parent / "host_vars" / "node1.yml"
+    assert not own_host_vars.exists()
+    started_before = {n: entered(served, n) for n in NODES}
+    args_before = served.sh("node1", "cat", ARGS)
+    served.sh("node1", "docker", "create", "--name", "provision-relabel", served.image.tag)
+    served.sh(
+        "node1",
+        "docker",
+        "commit",
+        "--change",
+        f"LABEL {SOC_LABEL}=a3",
+        "provision-relabel",
+        OTHER_LINE_IMAGE,
+    )
+    served.sh("node1", "docker", "rm", "provision-relabel")
+    try:
+        host_vars(served.inventory, "node1", {"vllm_serve_image": OTHER_LINE_IMAGE})
+        refused = run_provision("apply", served.inventory, "-p", "serve")
+        started_after = {n: entered(served, n) for n in NODES}
+        args_after = served.sh("node1", "cat", ARGS)
+        node1_answer = complete(served.url("node1"))
+    finally:
+        host_vars(served.inventory, "node1", None)
+        served.sh("node1", "docker", "rmi", OTHER_LINE_IMAGE)
+    return StackRefusal(refused, started_before, started_after, args_before, args_after, node1_answer)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +187,27 @@ def test_the_first_start_was_smoke_tested_inside_each_container(served: Served) 
         assert "Platform plugin ascend is activated" in str(res.get("plugin_line")), (node, res)
     journal = served.sh("node1", "journalctl", "-u", UNIT, "--no-pager", "-o", "cat")
     assert "Platform plugin ascend is activated" in journal
+
+
+def test_an_image_built_for_another_npu_line_is_refused_before_start_naming_both(
+    stack_refusal: StackRefusal,
+) -> None:
+    run = stack_refusal.refused
+    assert run.rc == 1, run.explain()
+    failures = run.failures()
+    assert sorted(failures) == ["node1"], failures
+    message = failures["node1"]
+    # both sides: the image's line (its label) and the node's (its PCI bus), then the fix
+    assert (
+        f"{OTHER_LINE_IMAGE} is built for the a3 NPU line ({SOC_LABEL}=a3); node1 shows 910b NPUs on its PCI "
+        "bus: serve the image built for 910b"
+    ) in message, message
+    assert "Nothing was started on node1 (vllm_serve_preserve_force: true starts it anyway)." in message
+    # before start: nothing written, nothing restarted, on either node; node1 serves on with its own image
+    assert run.changed() == {"node1": 0, "node2": 0}
+    assert stack_refusal.args_after == stack_refusal.args_before
+    assert stack_refusal.started_after == stack_refusal.started_before, "an engine was restarted"
+    assert stack_refusal.node1_answer.strip(), "node1 serves on"
 
 
 def test_three_problems_on_node1_are_refused_before_start_naming_host_pool_and_npu(refusal: Refusal) -> None:
