@@ -617,11 +617,12 @@ def test_plan_of_a_fresh_site_lists_installers_reboots_and_pools(site: Site) -> 
             f"ascend_driver : Would run {model.firmware_file(FIRMWARE)}",
         ], tasks
         assert REBOOT in tasks
-        assert [task for task in tasks if task.startswith("cann : Would run ")] == [
+        cann_runs = [task for task in tasks if task.startswith("cann : Would run ")]
+        assert cann_runs == [
             f"cann : Would run Ascend-cann-toolkit_{CANN}_linux-{arch}.run",
             f"cann : Would run {model.cann_ops_file(CANN, arch, new_layout=True)}",
             f"cann : Would run Ascend-cann-nnal_{NNAL}_linux-{arch}.run",
-        ], tasks
+        ], (name, cann_runs)
         assert "npu_pools : Write one environment file per pool" in tasks
     assert "vllm_serve : Write the systemd units" in plan.tasks("node1")
 
