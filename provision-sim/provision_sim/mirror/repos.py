@@ -2,8 +2,8 @@
 
 An air-gapped site keeps one mirror of everything its nodes install. :func:`ensure_mirror` builds ours once
 and caches it under the simulator's cache folder (``/var/cache/provision-sim/mirror-<key>``, ``<key>``
-hashing :data:`CONTENT_VERSION`, the nodes' architecture and kernel, the locked versions and the
-simulated installers' sources), laid out like the real mirrors::
+hashing :data:`CONTENT_VERSION`, the nodes' architecture and kernel, the locked versions, the simulated
+installers' sources and this package's own code), laid out like the real mirrors::
 
     openeuler/openEuler-22.03-LTS-SP1/{OS,everything,update,EPOL/main}/<arch>/  createrepo_c metadata
               openEuler-24.03-LTS-SP1/...                                      (+ Packages/*.rpm)
@@ -396,7 +396,11 @@ def cache_key(target: Target) -> str:
     for name, data in mirror._engine_files():  # the .run payload: the simulated installers
         digest.update(name.encode())
         digest.update(data)
-    digest.update(Path(mirror.__file__).read_bytes())
+    # The code that writes the mirror: two branches that each bump CONTENT_VERSION to the same number must
+    # still key different mirrors (a cached one without a package the other added was served as current).
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
     return digest.hexdigest()[:12]
 
 
