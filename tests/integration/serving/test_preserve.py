@@ -17,7 +17,10 @@ the simulated driver with npu-smi, docker and the real vLLM CPU engine on both n
 Before those, the image-stack check: node1 is given an image whose stack labels say it was built for the
 Atlas A3 line (``provision.stack.soc=a3``, the serving image relabelled with ``docker commit --change``)
 while its PCI bus shows 910B NPUs. ``apply -p serve``: refused before anything is written or started, the
-message naming the image's line and the node's; its running instance untouched, node2 unchanged.
+message naming the image's line and the node's; its running instance untouched, node2 unchanged. Then the
+driver: node1's driver reports 25.0.rc1.1 (``sim fault driver_version``), older than every HDK line the
+CANN of the image's stack works with: refused the same way, naming the image's CANN, its lines and the
+node's driver.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from provision.ascend import lock
 from provision_sim import faults
 from provision_sim.serving import vllm_cpu as engine
 from tests.helpers import Run, host_vars
@@ -61,6 +65,8 @@ DESCRIPTION = {
 # The serving image, relabelled as built for the Atlas A3 line (node1 shows 910B NPUs).
 OTHER_LINE_IMAGE = "provision-sim/vllm-cpu:a3-labels"
 SOC_LABEL = "provision.stack.soc"
+# A driver of the HDK 25.0 line: CANN 9.1.0 (the default stack's) works with 25.2.X and later only.
+OLD_DRIVER = "25.0.rc1.1"
 PRESERVE = "vllm_serve : Check the pools' NPUs, HBM and weights before anything starts"
 SMOKE = "vllm_serve : Post-start smoke inside the instance"
 
@@ -130,6 +136,22 @@ def stack_refusal(served: Served) -> StackRefusal:
     finally:
         host_vars(served.inventory, "node1", None)
         served.sh("node1", "docker", "rmi", OTHER_LINE_IMAGE)
+    return StackRefusal(refused, started_before, started_after, args_before, args_after, node1_answer)
+
+
+@pytest.fixture(scope="module")
+def driver_refusal(served: Served) -> StackRefusal:
+    """node1's driver reporting OLD_DRIVER, its own (labelled) serving image unchanged."""
+    started_before = {n: entered(served, n) for n in NODES}
+    args_before = served.sh("node1", "cat", ARGS)
+    try:
+        sim_fault(served, "node1", f"driver_version={OLD_DRIVER}")
+        refused = run_provision("apply", served.inventory, "-p", "serve")
+        started_after = {n: entered(served, n) for n in NODES}
+        args_after = served.sh("node1", "cat", ARGS)
+        node1_answer = complete(served.url("node1"))
+    finally:
+        sim_fault(served, "node1", "--clear")
     return StackRefusal(refused, started_before, started_after, args_before, args_after, node1_answer)
 
 
@@ -208,6 +230,28 @@ def test_an_image_built_for_another_npu_line_is_refused_before_start_naming_both
     assert stack_refusal.args_after == stack_refusal.args_before
     assert stack_refusal.started_after == stack_refusal.started_before, "an engine was restarted"
     assert stack_refusal.node1_answer.strip(), "node1 serves on"
+
+
+def test_an_image_whose_cann_needs_a_newer_driver_is_refused_before_start_naming_both(
+    served: Served, driver_refusal: StackRefusal
+) -> None:
+    run = driver_refusal.refused
+    assert run.rc == 1, run.explain()
+    failures = run.failures()
+    assert sorted(failures) == ["node1"], failures
+    message = failures["node1"]
+    assert served.image is not None
+    stack = lock.default_stack()
+    lines = ", ".join(str(line) for line in stack["hdk"])
+    # both sides: the image's CANN with the HDK lines it works with, and the node's driver; then the fix
+    assert (
+        f"{served.image.tag} carries CANN {stack['cann']} (stack {stack['name']}), which works with "
+        f"Ascend HDK {lines}; node1 runs NPU driver {OLD_DRIVER}: install a driver of those lines"
+    ) in message, message
+    assert run.changed() == {"node1": 0, "node2": 0}
+    assert driver_refusal.args_after == driver_refusal.args_before
+    assert driver_refusal.started_after == driver_refusal.started_before, "an engine was restarted"
+    assert driver_refusal.node1_answer.strip(), "node1 serves on"
 
 
 def test_three_problems_on_node1_are_refused_before_start_naming_host_pool_and_npu(refusal: Refusal) -> None:
