@@ -107,12 +107,15 @@ def test_bench_an_inventory_sweeps_each_instance_with_its_npus_energy_and_a_repo
     assert "J / output token" in (report / "sweep_energy.svg").read_text()
 
     # the gate: a baseline 20 % faster than that run (throughputs 1.25x, p99 TTFT 0.8x) is a regression
+    # A baseline 3x better than this measurement: on 2 shared cores a later run of the same engine was
+    # seen 12.5 % faster than this one (CI), which a 25 % margin let pass; 3x leaves the planted
+    # regression unambiguous whatever the load does between the two runs.
     faster = [
         r
         | {
-            "output_throughput": r["output_throughput"] * 1.25,
-            "request_throughput": r["request_throughput"] * 1.25,
-            "p99_ttft_ms": r["p99_ttft_ms"] * 0.8,
+            "output_throughput": r["output_throughput"] * 3.0,
+            "request_throughput": r["request_throughput"] * 3.0,
+            "p99_ttft_ms": r["p99_ttft_ms"] / 3.0,
         }
         for r in runs
     ]
@@ -139,12 +142,15 @@ def test_upgrade_bench_gate_rolls_a_regressed_batch_back_and_stops(served: Serve
     args += ["--max-concurrency", str(GATE["max_concurrency"]), "--num-warmups", str(GATE["num_warmups"])]
     done = provision_cli(*args, "--json", runs=served.runs, timeout=900)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    # A baseline 3x better than this measurement: on 2 shared cores a later run of the same engine was
+    # seen 12.5 % faster than this one (CI), which a 25 % margin let pass; 3x leaves the planted
+    # regression unambiguous whatever the load does between the two runs.
     faster = [
         r
         | {
-            "output_throughput": r["output_throughput"] * 1.25,
-            "request_throughput": r["request_throughput"] * 1.25,
-            "p99_ttft_ms": r["p99_ttft_ms"] * 0.8,
+            "output_throughput": r["output_throughput"] * 3.0,
+            "request_throughput": r["request_throughput"] * 3.0,
+            "p99_ttft_ms": r["p99_ttft_ms"] / 3.0,
         }
         for r in json.loads(done.stdout)
     ]
