@@ -121,6 +121,8 @@ class InventoryUpdate:
     changes: dict[str, list[str]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     """What `provision validate` says about the written inventory (empty: fine)."""
+    refused: list[str] = field(default_factory=list)
+    """What a node reported that was not written, and why (a value that is no plain path)."""
 
 
 def connection_vars(result: HostResult, options: Options) -> dict[str, str]:
@@ -212,7 +214,7 @@ def write_inventory(
     from provision.inventory.validate import format_issues, validate
 
     update.problems = format_issues(validate(loaded), inventory.parent.resolve())
-    update.problems += [found for found in map(refused_interpreter, done) if found is not None]
+    update.refused = [found for found in map(refused_interpreter, done) if found is not None]
     update.changes = {name: [f"inventory: {note}" for note in notes] for name, notes in changes.items()}
     return update
 
