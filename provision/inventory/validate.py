@@ -728,14 +728,15 @@ def _pool_groupable(host: str, item: Any, view: Mapping[str, Any]) -> bool:
 
 
 def _check_versions(settings: HostSettings, owned: Mapping[str, Any], add: AddFn) -> None:
-    names = lock.stack_names()
-    stack_name = settings.provision_stack or lock.default_stack_name()
-    if stack_name not in names:
+    stack = lock.resolve_stack(settings.provision_stack)
+    stack_name = stack.name
+    if not stack.known:
+        names = lock.stack_names()
         add(("provision_stack",), stack_name, f"not in the version lock; known: {', '.join(names)}")
         return
     if settings.provision_allow_unlocked_versions:
         return
-    pinned = lock.stack(stack_name)
+    pinned = stack.versions
     for variable, key in LOCKED_VERSIONS.items():
         value = getattr(settings, variable)
         if value is None or str(value) == str(pinned[key]):
