@@ -4,7 +4,7 @@ over an Ansible connection.
 The actions ``vllm_health`` (liveness while the gate waits, the journal tail of a failed instance),
 ``vllm_head_listen`` (a head whose engine exits before it opens its RPC port) and ``systemd_unit`` (a failed
 start's story) ask the node the same way: ``systemctl show`` and ``journalctl`` through the action's
-connection (``run(command) -> result dict``). The converged record (:mod:`provision.runner.record`) parses
+connection (``run(command) -> result dict``). The converged record (:mod:`provision.converge.record`) parses
 what ``systemctl show`` printed on the node here.
 """
 

@@ -2,9 +2,9 @@
 
 One read-only command over the existing connection (no module upload): the ``ascend_facts`` probe (PCI
 view, ``npu-smi info``, driver/firmware ``version.info``) followed by provision's record observer
-(:data:`provision.runner.record.OBSERVE_SCRIPT`), which reads ``/var/lib/provision/converged.json`` and
+(:data:`provision.converge.record.OBSERVE_SCRIPT`), which reads ``/var/lib/provision/converged.json`` and
 observes every resource it watches. Everything is compared on the controller
-(:func:`provision.runner.record.drift`). With ``write``, the observation (of the record's keys plus the
+(:func:`provision.converge.record.drift`). With ``write``, the observation (of the record's keys plus the
 given ones) becomes the node's new record, written by a second command. Documentation:
 ``plugins/modules/converged_state.py``.
 """
@@ -20,7 +20,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from provision.ascend.facts import PROBE_SCRIPT, facts_from_probe
-from provision.runner.record import (
+from provision.converge.record import (
     RECORD_PATH,
     Keys,
     drift,

@@ -9,7 +9,7 @@ module: converged_state
 short_description: Compare a node with the record of its last converged apply, or write that record
 description:
   - Used by C(provision apply) (playbooks/converged.yml and playbooks/record.yml); see
-    provision/runner/record.py for what a record watches and why.
+    provision/converge/record.py for what a record watches and why.
   - Runs one read-only command on the node over the existing connection (no module upload), the same NPU
     probe as M(provision.ascend.ascend_facts), then a standard-library Python script that reads the record
     and observes the paths, units, packages, users and groups it watches, the running kernel and

@@ -13,7 +13,7 @@ import typer
 from provision.cli import _inputs
 from provision.cli.console import Console
 from provision.inventory.validate import check
-from provision.runner.converge import converge, fast_path_refusal
+from provision.converge.engine import converge, fast_path_refusal
 from provision.runner.options import AnsibleOptions
 from provision.runner.progress import LineProgress, LiveProgress, recap_table
 from provision.runner.run import RunResult, run_playbook
@@ -82,7 +82,7 @@ def run_and_report(
     recap; exit on failure.
 
     An apply of all of site.yml (:func:`fast_path_refusal` names no reason against it) goes through
-    :func:`provision.runner.converge.converge`: nodes still as their record says are verified, not converged
+    :func:`provision.converge.engine.converge`: nodes still as their record says are verified, not converged
     again (unless ``full``), and the nodes it converges are recorded.
     """
     _inputs.playbook(playbook)

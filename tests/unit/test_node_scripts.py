@@ -12,7 +12,7 @@ import pytest
 from provision.ascend import facts, hccn_gate
 from provision.bootstrap import discover, node
 from provision.doctor import probe
-from provision.runner import record
+from provision.converge import record
 from provision.scripts import node_script
 from provision.serving import preserve
 

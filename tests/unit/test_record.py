@@ -1,4 +1,4 @@
-"""The converged record (provision/runner/record.py) and the apply using it (provision/runner/converge.py).
+"""The converged record (provision/converge/record.py) and the apply using it (provision/converge/engine.py).
 
 The node script runs here for real (this machine's python3, files under tmp_path); the apply's three
 playbook runs are replaced by a recording fake, so which hosts run site.yml and which get recorded is
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from provision.inventory.load import Inventory
-from provision.runner.converge import converge, fast_path_refusal
-from provision.runner.record import (
+from provision.converge.engine import converge, fast_path_refusal
+from provision.converge.record import (
     Keys,
     drift,
     fingerprint,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from provision import systemd
-from provision.runner.record import unit_state
+from provision.converge.record import unit_state
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 """``provision apply`` of site.yml: skip the nodes that are still as their last converged apply left them.
 
 1. ``playbooks/converged.yml`` (read-only, one command per node, then the health gate of its instances):
-   each node's record (:mod:`provision.runner.record`) against the run's fingerprint and the node itself.
+   each node's record (:mod:`provision.converge.record`) against the run's fingerprint and the node itself.
 2. ``playbooks/site.yml`` on every node that is not verified, with the rest of its multi-node serving
    groups; not run at all when every node is verified.
 3. ``playbooks/record.yml`` on the nodes site.yml converged: what they look like now, with every resource
@@ -21,7 +21,7 @@ from typing import Any
 from provision.inventory.load import Inventory
 from provision.inventory.schema import HOST_GROUP
 from provision.runner.options import AnsibleOptions
-from provision.runner.record import Keys, fingerprint, keys_of_result, reads_outside, serving_closure
+from provision.converge.record import Keys, fingerprint, keys_of_result, reads_outside, serving_closure
 from provision.runner.run import Event, Observer, RunResult, Sources, run_playbook
 from provision.serving.health import serves_api
 
