@@ -19,6 +19,12 @@ COLLECTION = f"{NAMESPACE}.{NAME}"
 """The collection's name: every role, module and filter of it is ``provision.ascend.<name>``."""
 _BUNDLED = _PACKAGE_DIR / "_ansible"
 
+# On the nodes: read by the converged record (provision.converge) and by doctor's probe.
+RECORD_PATH = "/var/lib/provision/converged.json"
+"""What the last converged apply left on a node (its fingerprint and observation)."""
+FACT_DIR = "/etc/ansible/facts.d"
+"""The nodes' local facts (``*.fact``), as Ansible's setup module reads them."""
+
 
 def ansible_root() -> Path:
     """The collection's root: ``playbooks/``, ``roles/``, ``plugins/``, ``galaxy.yml``, ``ansible.cfg``."""

@@ -21,7 +21,6 @@ from ansible.plugins.action import ActionBase
 
 from provision.ascend.facts import PROBE_SCRIPT, facts_from_probe
 from provision.converge.record import (
-    RECORD_PATH,
     Keys,
     drift,
     new_record,
@@ -31,6 +30,7 @@ from provision.converge.record import (
     probe_output,
     write_command,
 )
+from provision.paths import RECORD_PATH
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints

@@ -243,20 +243,18 @@ class NpuSmiSampler:
         time.sleep(self.interval_s + self.settle_s)
 
     def _sample(self, host: str, script: str, started: threading.Event) -> None:
-        from provision.runner.run import Event, run_module
+        from provision.runner.events import Outcome, TaskEvent, on_tasks
+        from provision.runner.run import run_module
 
-        def handle(event: Event) -> None:
-            kind = event.get("event")
-            data = event.get("event_data") or {}
-            if kind == "runner_on_start":
+        def handle(task: TaskEvent) -> None:
+            if task.outcome is Outcome.STARTED:
                 started.set()
-            elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
-                res = data.get("res") or {}
+            elif task.done:
+                res = task.result
                 self._outputs[host] = str(res.get("stdout") or "")
-                if kind != "runner_on_ok":
-                    self._problems.append(
-                        f"{host}: {str(res.get('msg') or res.get('stderr') or kind).strip()}"
-                    )
+                if task.outcome is not Outcome.OK:
+                    why = res.get("msg") or res.get("stderr") or task.outcome.value
+                    self._problems.append(f"{host}: {str(why).strip()}")
                 started.set()
 
         try:
@@ -266,7 +264,7 @@ class NpuSmiSampler:
                 host_pattern=host,
                 module_args=script,
                 verb="bench-power",
-                observer=handle,
+                observer=on_tasks(handle),
             )
             if run.rc != 0 and host not in self._outputs:
                 self._problems.append(

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import typer
 
 from provision.cli import _inputs
 from provision.cli.console import Console
-from provision.inventory.validate import check
-from provision.converge.engine import converge, fast_path_refusal
+from provision.inventory.validate import Resolved, check, resolve
+from provision.runner.events import Observer
 from provision.runner.options import AnsibleOptions
 from provision.runner.progress import LineProgress, LiveProgress, recap_table
 from provision.runner.run import RunResult, run_playbook
@@ -28,26 +29,6 @@ InventoryArg = typer.Argument(
 InventoriesOpt = typer.Option(
     [], "--inventory", "-i", help="Inventory source, as ansible-playbook -i (repeatable; beside INVENTORY)."
 )
-# ansible-playbook's connection, become and vault options, with its meanings.
-UserOpt = typer.Option(None, "--user", "-u", help="Connect as this user (the inventory's ansible_user wins).")
-PrivateKeyOpt = typer.Option(None, "--private-key", "--key-file", help="SSH private key file.")
-SshCommonArgsOpt = typer.Option(None, "--ssh-common-args", help="Extra arguments for ssh, sftp and scp.")
-AskPassOpt = typer.Option(False, "--ask-pass", "-k", help="Ask for the SSH password.")
-ConnectionPasswordFileOpt = typer.Option(
-    None, "--connection-password-file", "--conn-pass-file", help="File holding the SSH password."
-)
-BecomeOpt = typer.Option(False, "--become", "-b", help="Run tasks with become (sudo).")
-AskBecomePassOpt = typer.Option(False, "--ask-become-pass", "-K", help="Ask for the become password.")
-BecomePasswordFileOpt = typer.Option(
-    None, "--become-password-file", "--become-pass-file", help="File holding the become password."
-)
-VaultIdOpt = typer.Option(
-    [], "--vault-id", help="Vault identity [LABEL@]FILE, LABEL@SCRIPT or LABEL@prompt (repeatable)."
-)
-VaultPasswordFileOpt = typer.Option(
-    [], "--vault-password-file", "--vault-pass-file", help="Vault password file (repeatable)."
-)
-AskVaultPassOpt = typer.Option(False, "--ask-vault-pass", "-J", help="Ask for the vault password.")
 LimitOpt = typer.Option(None, "--limit", "-l", help="Only these hosts/groups (Ansible pattern).")
 TagsOpt = typer.Option(None, "--tags", "-t", help="Only tasks with these tags (comma list).")
 SkipTagsOpt = typer.Option(None, "--skip-tags", help="Skip tasks with these tags.")
@@ -59,6 +40,54 @@ JsonOpt = typer.Option(
     False, "--json", help="Print a machine-readable summary on stdout; progress to stderr."
 )
 VerboseOpt = typer.Option(0, "--verbose", "-v", count=True, help="Ansible verbosity (-v ... -vvvv).")
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybookRun:
+    """One run of a playbook as the CLI asked for it, its inputs checked."""
+
+    verb: str
+    """The command (``apply``, ``plan``): names the run directory."""
+    playbook: str
+    tags: str | None
+    skip_tags: str | None
+    extra_vars: list[str]
+    """As ansible-playbook is given them (``@file`` absolute)."""
+    given_extra_vars: list[str]
+    """As the user typed them."""
+    check: bool
+    diff: bool
+    forks: int | None
+    verbosity: int
+    limit: str | None
+    options: AnsibleOptions
+
+
+class Runs(Protocol):
+    """How a verb runs its playbook once the inputs are checked (:func:`plainly`, or apply's own)."""
+
+    def __call__(
+        self, run: PlaybookRun, inventory: Resolved, sources: list[Path], observer: Observer
+    ) -> RunResult: ...
+
+
+def plainly(run: PlaybookRun, inventory: Resolved, sources: list[Path], observer: Observer) -> RunResult:
+    """The playbook, once, on every host it names."""
+    return run_playbook(
+        run.playbook,
+        sources,
+        verb=run.verb,
+        limit=run.limit,
+        tags=run.tags,
+        skip_tags=run.skip_tags,
+        extra_vars=run.extra_vars,
+        check=run.check,
+        diff=run.diff,
+        forks=run.forks,
+        verbosity=run.verbosity,
+        observer=observer,
+        options=run.options,
+    )
 
 
 def run_and_report(
@@ -75,16 +104,11 @@ def run_and_report(
     forks: int | None,
     as_json: bool,
     verbosity: int = 0,
-    full: bool = False,
     options: AnsibleOptions | None = None,
+    runs: Runs | None = None,
 ) -> RunResult:
-    """Validate the inventory and the options (exit 2 on bad input, no host touched), run, show progress and
-    recap; exit on failure.
-
-    An apply of all of site.yml (:func:`fast_path_refusal` names no reason against it) goes through
-    :func:`provision.converge.engine.converge`: nodes still as their record says are verified, not converged
-    again (unless ``full``), and the nodes it converges are recorded.
-    """
+    """Validate the inventory and the options (exit 2 on bad input, no host touched), run (``runs``: the
+    verb's way, default :func:`plainly`), show progress and recap; exit on failure."""
     _inputs.playbook(playbook)
     options = options or AnsibleOptions()
     given_vars, extra_vars = extra_vars, _inputs.extra_vars(extra_vars)
@@ -92,12 +116,6 @@ def run_and_report(
     limit = _inputs.limit(limit, loaded)
     _inputs.ask_passwords(options)
     shown = ", ".join(map(str, inventory))
-    refusal = fast_path_refusal(
-        playbook, tags=tags, skip_tags=skip_tags, extra_vars=given_vars, check=check_mode
-    )
-    keep_records = (
-        refusal is None
-    )  # site.yml on every node it names: verify first unless --full, record after
     out = Console.for_stream(sys.stderr if as_json else sys.stdout)
     if not as_json:
         out.status(
@@ -106,29 +124,22 @@ def run_and_report(
     display: LiveProgress | LineProgress = (
         LiveProgress(out.rich) if out.interactive else LineProgress(out.stream)
     )
+    run = PlaybookRun(
+        verb,
+        playbook,
+        tags,
+        skip_tags,
+        extra_vars,
+        given_vars,
+        check_mode,
+        diff,
+        forks,
+        verbosity,
+        limit,
+        options,
+    )
     with display:
-        if keep_records and verb == "apply":
-            with tempfile.TemporaryDirectory(prefix="provision-apply-") as scratch:
-                result = converge(
-                    loaded, inventory, scratch=Path(scratch), limit=limit, forks=forks, verbosity=verbosity,
-                    observer=display, full=full, diff=diff, options=options,
-                )  # fmt: skip
-        else:
-            result = run_playbook(
-                playbook,
-                inventory,
-                verb=verb,
-                limit=limit,
-                tags=tags,
-                skip_tags=skip_tags,
-                extra_vars=extra_vars,
-                check=check_mode,
-                diff=diff,
-                forks=forks,
-                verbosity=verbosity,
-                observer=display,
-                options=options,
-            )
+        result = (runs or plainly)(run, resolve(loaded), inventory, display)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:

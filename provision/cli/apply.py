@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import typer
 
 from provision.cli import _inputs
 from provision.cli import _playbook as common
+from provision.cli._ansible_options import AnsibleArgs, connection_options
+from provision.converge.engine import converge, fast_path_refusal
+from provision.inventory.validate import Resolved
+from provision.runner.events import Observer
+from provision.runner.run import RunResult
 
 
+@connection_options
 def apply(
     inventory: Path | None = common.InventoryArg,
     playbook: str = typer.Option("site", "--playbook", "-p", help="Playbook under playbooks/ (site, ...)."),
@@ -26,17 +33,8 @@ def apply(
     as_json: bool = common.JsonOpt,
     verbose: int = common.VerboseOpt,
     inventories: list[Path] = common.InventoriesOpt,
-    user: str | None = common.UserOpt,
-    private_key: Path | None = common.PrivateKeyOpt,
-    ssh_common_args: str | None = common.SshCommonArgsOpt,
-    ask_pass: bool = common.AskPassOpt,
-    connection_password_file: Path | None = common.ConnectionPasswordFileOpt,
-    become: bool = common.BecomeOpt,
-    ask_become_pass: bool = common.AskBecomePassOpt,
-    become_password_file: Path | None = common.BecomePasswordFileOpt,
-    vault_id: list[str] = common.VaultIdOpt,
-    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
-    ask_vault_pass: bool = common.AskVaultPassOpt,
+    *,
+    ansible: AnsibleArgs,
 ) -> None:
     """Converge every node: validate the inventory, run the playbook with live progress, print a recap.
 
@@ -59,22 +57,35 @@ def apply(
         forks=forks,
         as_json=as_json,
         verbosity=verbose,
-        options=_inputs.ansible_options(
-            user=user,
-            private_key=private_key,
-            ssh_common_args=ssh_common_args,
-            become=become,
-            ask_pass=ask_pass,
-            ask_become_pass=ask_become_pass,
-            connection_password_file=connection_password_file,
-            become_password_file=become_password_file,
-            vault_ids=vault_id,
-            vault_password_files=vault_password_file,
-            ask_vault_pass=ask_vault_pass,
-        ),
-        full=full,
+        options=ansible.checked(),
+        runs=Converging(full),
     )
     common.finish(result)
+
+
+class Converging:
+    """An apply of all of site.yml (:func:`fast_path_refusal` names no reason against it) goes through
+    :func:`provision.converge.engine.converge`: nodes still as their record says are verified, not converged
+    again (unless ``full``), and the nodes it converges are recorded. Any other apply runs plainly."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full
+
+    def __call__(
+        self, run: common.PlaybookRun, inventory: Resolved, sources: list[Path], observer: Observer
+    ) -> RunResult:
+        refusal = fast_path_refusal(
+            run.playbook, tags=run.tags, skip_tags=run.skip_tags, extra_vars=run.given_extra_vars,
+            check=run.check,
+        )  # fmt: skip
+        if refusal is not None:
+            return common.plainly(run, inventory, sources, observer)
+        with tempfile.TemporaryDirectory(prefix="provision-apply-") as scratch:
+            return converge(
+                inventory, sources, scratch=Path(scratch), limit=run.limit, forks=run.forks,
+                verbosity=run.verbosity, observer=observer, full=self.full, diff=run.diff,
+                options=run.options,
+            )  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

@@ -81,9 +81,9 @@ def _positive_list(text: str | None, option: str, *, integer: bool) -> list[floa
 
 def _url(text: str) -> str:
     """A base URL checked like ``provision serve status`` checks one; without a trailing slash."""
-    from provision.cli.serve import _endpoint
+    from provision.cli._endpoints import endpoint
 
-    return _endpoint(text, None, None).base
+    return endpoint(text, None, None).base
 
 
 def _tokenizer(path: str | None, target: Target) -> Tokenizer:
@@ -130,7 +130,7 @@ def _instances_of(
     model: str | None,
 ) -> tuple[list[Instance], list[str]]:
     """The ready instances of an inventory (the health gate's verdicts) and a line for each skipped one."""
-    from provision.cli.serve import probe_inventory
+    from provision.cli._endpoints import probe_inventory
     from provision.inventory.load import host_var
     from provision.inventory.validate import check as check_inventory
     from provision.serving.health import State, serves_api

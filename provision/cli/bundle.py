@@ -25,6 +25,7 @@ from provision.bundle import closure, needs, serve, verify
 from provision.bundle.manifest import BundleRefused
 from provision.cli import _inputs
 from provision.cli import _playbook as common
+from provision.cli._ansible_options import AnsibleArgs, vault_options
 from provision.cli.console import Console
 from provision.errors import InputError
 from provision.inventory.load import Inventory
@@ -44,17 +45,10 @@ KeyOpt = typer.Option(
 
 
 def _inventory(
-    inventory: Path | None,
-    inventories: list[Path],
-    vault_id: list[str],
-    vault_password_file: list[Path],
-    ask_vault_pass: bool,
+    inventory: Path | None, inventories: list[Path], ansible: AnsibleArgs
 ) -> tuple[list[Path], Inventory]:
     sources = _inputs.inventories(inventory, inventories)
-    options = _inputs.ansible_options(
-        vault_ids=vault_id, vault_password_files=vault_password_file, ask_vault_pass=ask_vault_pass
-    )
-    return sources, check(sources, options.vault)
+    return sources, check(sources, ansible.checked().vault)
 
 
 @contextlib.contextmanager
@@ -90,6 +84,7 @@ def _host_values(option: str, values: list[str], what: str) -> dict[str, str]:
 
 
 @bundle_app.command("build")
+@vault_options
 def build(
     inventory: Path | None = common.InventoryArg,
     output: Path = typer.Option(..., "--output", "-o", help="The bundle to write: FILE.tar or FILE.tar.gz."),
@@ -145,15 +140,14 @@ def build(
         None, "--repo-key", help="GnuPG key to re-sign the OS repositories with (implies --sign-repos)."
     ),
     inventories: list[Path] = common.InventoriesOpt,
-    vault_id: list[str] = common.VaultIdOpt,
-    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
-    ask_vault_pass: bool = common.AskVaultPassOpt,
+    *,
+    ansible: AnsibleArgs,
 ) -> None:
     """Gather what the inventory's nodes need (OS repositories, .run files checked against their sha256,
     images, NPU-Exporter, weights) into one archive with a manifest. A rerun reuses what FILE.work/ holds."""
     started = time.monotonic()
     err = Console.for_stream(sys.stderr)
-    sources_, loaded = _inventory(inventory, inventories, vault_id, vault_password_file, ask_vault_pass)
+    sources_, loaded = _inventory(inventory, inventories, ansible)
     plan = needs.plan(loaded, os_names=_os_option(os_name), arch=arch)
     for option, given in (("--kernel", kernel), ("--openeuler-release", openeuler_release)):
         if given and not resolve:
@@ -203,6 +197,7 @@ def _size(count: int) -> str:
 
 
 @bundle_app.command("verify")
+@vault_options
 def verify_cmd(
     bundle: Path = typer.Argument(
         ..., help="The bundle: an archive or an unpacked folder.", show_default=False
@@ -213,15 +208,14 @@ def verify_cmd(
     key: Path | None = KeyOpt,
     os_name: list[str] = typer.Option([], "--os", help="As for build: OS of hosts without bootstrap_facts."),
     arch: str = typer.Option("aarch64", "--arch", help="As for build."),
-    vault_id: list[str] = common.VaultIdOpt,
-    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
-    ask_vault_pass: bool = common.AskVaultPassOpt,
+    *,
+    ansible: AnsibleArgs,
 ) -> None:
     """Check every file against the manifest, the manifest against its checksum and signature; with
     --inventory, what is missing for which node. Exit 1 when refused or incomplete."""
     plan = None
     if inventory is not None:
-        _, loaded = _inventory(inventory, [], vault_id, vault_password_file, ask_vault_pass)
+        _, loaded = _inventory(inventory, [], ansible)
         plan = needs.plan(loaded, os_names=_os_option(os_name), arch=arch)
     with _file_errors():
         checked = verify.verify(bundle, key)

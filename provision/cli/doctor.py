@@ -20,9 +20,9 @@ from typing import Any
 import typer
 
 from provision import paths
-from provision.ascend import lock
 from provision.cli import _inputs
 from provision.cli import _playbook as common
+from provision.cli._ansible_options import AnsibleArgs, connection_options
 from provision.cli.console import Console
 from provision.doctor.bundle import NodeBundle, write_bundle
 from provision.doctor.catalog import Catalog, shipped
@@ -32,13 +32,16 @@ from provision.doctor.probe import collect
 from provision.errors import InputError
 from provision.inventory.load import Inventory, plain
 from provision.inventory.schema import HOST_GROUP
+from provision.inventory.validate import ResolvedHost, resolve
 from provision.inventory.validate import check as check_inventory
-from provision.runner.run import Event, run_module
+from provision.runner.events import Outcome, TaskEvent, on_tasks
+from provision.runner.run import run_module
 
 _SECRET_NAME = re.compile(r"(api_key|password|passwd|token|secret)", re.IGNORECASE)
 _BUNDLE_SUFFIXES = (".tar.gz", ".tgz")
 
 
+@connection_options
 def doctor(
     inventory: Path | None = common.InventoryArg,
     limit: str | None = typer.Option(
@@ -52,17 +55,8 @@ def doctor(
         show_default=False,
     ),
     inventories: list[Path] = common.InventoriesOpt,
-    user: str | None = common.UserOpt,
-    private_key: Path | None = common.PrivateKeyOpt,
-    ssh_common_args: str | None = common.SshCommonArgsOpt,
-    ask_pass: bool = common.AskPassOpt,
-    connection_password_file: Path | None = common.ConnectionPasswordFileOpt,
-    become: bool = common.BecomeOpt,
-    ask_become_pass: bool = common.AskBecomePassOpt,
-    become_password_file: Path | None = common.BecomePasswordFileOpt,
-    vault_id: list[str] = common.VaultIdOpt,
-    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
-    ask_vault_pass: bool = common.AskVaultPassOpt,
+    *,
+    ansible: AnsibleArgs,
 ) -> None:
     """Diagnose the nodes: known failures (NPUs held, drivers off the lock, links down, engines down,
     docker, DKMS, disk...) with evidence and fix; exit 0 healthy, 1 a problem found, 2 bad input.
@@ -70,37 +64,23 @@ def doctor(
     sources = _inputs.inventories(inventory, inventories)
     if bundle is not None:
         _check_bundle(bundle)
-    options = _inputs.ansible_options(
-        user=user,
-        private_key=private_key,
-        ssh_common_args=ssh_common_args,
-        become=become,
-        ask_pass=ask_pass,
-        ask_become_pass=ask_become_pass,
-        connection_password_file=connection_password_file,
-        become_password_file=become_password_file,
-        vault_ids=vault_id,
-        vault_password_files=vault_password_file,
-        ask_vault_pass=ask_vault_pass,
-    )
+    options = ansible.checked()
     loaded = check_inventory(sources, options.vault)  # bad input: exit 2, no host contacted
     limit = _inputs.limit(limit, loaded)
     catalog = shipped()
     _inputs.ask_passwords(options)
     targets = _targets(loaded, limit)
+    resolved = resolve(loaded)
     answers: dict[str, dict[str, Any]] = {}
 
-    def handle(event: Event) -> None:
-        kind = event.get("event")
-        data = event.get("event_data") or {}
-        host = str(data.get("host", ""))
-        res = data.get("res") or {}
-        if kind == "runner_on_ok" and "probe" in res:
-            answers[host] = {"probe": str(res["probe"]), "holders": str(res.get("holders") or "")}
-        elif kind == "runner_on_failed":
-            answers[host] = {"error": str(res.get("msg") or "the probe failed").strip()}
-        elif kind == "runner_on_unreachable":
-            answers[host] = {"error": str(res.get("msg") or "unreachable").strip(), "unreachable": True}
+    def handle(task: TaskEvent) -> None:
+        res = task.result
+        if task.outcome is Outcome.OK and "probe" in res:
+            answers[task.host] = {"probe": str(res["probe"]), "holders": str(res.get("holders") or "")}
+        elif task.outcome is Outcome.FAILED:
+            answers[task.host] = {"error": task.message or "the probe failed"}
+        elif task.outcome is Outcome.UNREACHABLE:
+            answers[task.host] = {"error": task.message or "unreachable", "unreachable": True}
 
     run = run_module(
         f"{paths.COLLECTION}.doctor_probe",
@@ -108,7 +88,7 @@ def doctor(
         host_pattern=HOST_GROUP,
         limit=limit,
         verb="doctor",
-        observer=handle,
+        observer=on_tasks(handle),
         options=options,
     )
     if not answers and run.rc != 0:
@@ -117,7 +97,7 @@ def doctor(
         )
     reports, bundles = [], []
     for host in targets:
-        report, node = _diagnose(host, answers.get(host), _expected(loaded, host), catalog)
+        report, node = _diagnose(host, answers.get(host), _expected(resolved.hosts[host]), catalog)
         reports.append(report)
         bundles.append(node)
     manifest = write_bundle(bundle, bundles, secrets=_secrets(loaded, targets)) if bundle else None
@@ -158,15 +138,15 @@ def _targets(inventory: Inventory, limit: str | None) -> list[str]:
     return hosts
 
 
-def _expected(inventory: Inventory, host: str) -> Expected:
+def _expected(host: ResolvedHost) -> Expected:
     """The versions the node should run: its overrides, else its stack of the lock."""
-    variables = plain(inventory.hosts.get(host) or {})
+    variables = host.variables
 
     def given(name: str) -> str | None:
         value = variables.get(name)
         return str(value) if value not in (None, "") and "{{" not in str(value) else None
 
-    stack = lock.host_stack(variables)
+    stack = host.stack
     count = given("ascend_npu_count")
     return Expected(
         driver=given("ascend_driver_version") or stack.expected("driver"),

@@ -10,10 +10,12 @@ import typer
 
 from provision.cli import _inputs
 from provision.cli import _playbook as common
+from provision.cli._ansible_options import AnsibleArgs, connection_options
 from provision.cli.console import Console
 from provision.runner.run import Change, RunResult
 
 
+@connection_options
 def plan(
     inventory: Path | None = common.InventoryArg,
     playbook: str = typer.Option("site", "--playbook", "-p", help="Playbook under playbooks/."),
@@ -25,17 +27,8 @@ def plan(
     as_json: bool = common.JsonOpt,
     verbose: int = common.VerboseOpt,
     inventories: list[Path] = common.InventoriesOpt,
-    user: str | None = common.UserOpt,
-    private_key: Path | None = common.PrivateKeyOpt,
-    ssh_common_args: str | None = common.SshCommonArgsOpt,
-    ask_pass: bool = common.AskPassOpt,
-    connection_password_file: Path | None = common.ConnectionPasswordFileOpt,
-    become: bool = common.BecomeOpt,
-    ask_become_pass: bool = common.AskBecomePassOpt,
-    become_password_file: Path | None = common.BecomePasswordFileOpt,
-    vault_id: list[str] = common.VaultIdOpt,
-    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
-    ask_vault_pass: bool = common.AskVaultPassOpt,
+    *,
+    ansible: AnsibleArgs,
 ) -> None:
     """Run the playbook in check + diff mode and list, per host, what would change. Nothing is changed."""
     result = common.run_and_report(
@@ -51,19 +44,7 @@ def plan(
         forks=forks,
         as_json=as_json,
         verbosity=verbose,
-        options=_inputs.ansible_options(
-            user=user,
-            private_key=private_key,
-            ssh_common_args=ssh_common_args,
-            become=become,
-            ask_pass=ask_pass,
-            ask_become_pass=ask_become_pass,
-            connection_password_file=connection_password_file,
-            become_password_file=become_password_file,
-            vault_ids=vault_id,
-            vault_password_files=vault_password_file,
-            ask_vault_pass=ask_vault_pass,
-        ),
+        options=ansible.checked(),
     )
     if not as_json:
         show_plan(result, Console.for_stream(sys.stdout))

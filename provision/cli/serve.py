@@ -16,23 +16,21 @@ from __future__ import annotations
 
 import json
 import sys
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from provision import paths
 from provision.cli import _inputs
 from provision.cli import _playbook as common
+from provision.cli._ansible_options import AnsibleArgs, connection_options, vault_options
+from provision.cli._endpoints import endpoint, probe_inventory
 from provision.cli.console import Console
 from provision.errors import InputError
-from provision.inventory.schema import HOST_GROUP
 from provision.inventory.validate import check as check_inventory
 from provision.runner.options import AnsibleOptions
-from provision.runner.run import Event, Sources, run_module
-from provision.serving.health import Endpoint, State, Timeouts, Verdict, check, serves_api
+from provision.serving.health import State, Timeouts, Verdict, check, serves_api
 
 LOG_LINES = 20
 """Journal lines shown for a failed instance, unless --log-lines says otherwise."""
@@ -43,36 +41,8 @@ serve_app = typer.Typer(
 )
 
 
-# Names that read as an inventory file, not a host: one that does not exist is not probed as a URL.
-_INVENTORY_SUFFIXES = (".ini", ".yml", ".yaml", ".json")
-
-
-def _endpoint(url: str, model: str | None, api_key: str | None) -> Endpoint:
-    """An endpoint from a base URL (``host:port`` means http); InputError for one no request could go to."""
-    given = url
-    if "://" not in url:
-        if url.endswith(_INVENTORY_SUFFIXES):
-            raise InputError(f"{url}: no such inventory file (nor a URL)")
-        url = f"http://{url}"
-    if not url.startswith(("http://", "https://")):
-        raise InputError(f"{given}: not an http(s) URL")
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port  # urllib checks the port only when asked
-    except ValueError as exc:
-        raise InputError(f"{given}: not a valid URL: {exc}") from None
-    if not parts.hostname:
-        raise InputError(f"{given}: no host in the URL")
-    if port == 0:
-        raise InputError(f"{given}: port 0 is not a port a server listens on")
-    if parts.username is not None or parts.password is not None:
-        raise InputError(f"{given}: credentials in the URL are not sent; give --api-key")
-    if parts.query or parts.fragment:
-        raise InputError(f"{given}: a base URL has no ?query or #fragment")
-    return Endpoint(url=url, model=model, api_key=api_key)
-
-
 @serve_app.command("status")
+@connection_options
 def status(
     urls: list[str] | None = typer.Argument(
         None,
@@ -110,17 +80,8 @@ def status(
         show_default=False,
     ),
     more_inventories: list[Path] = common.InventoriesOpt,
-    user: str | None = common.UserOpt,
-    private_key: Path | None = common.PrivateKeyOpt,
-    ssh_common_args: str | None = common.SshCommonArgsOpt,
-    ask_pass: bool = common.AskPassOpt,
-    connection_password_file: Path | None = common.ConnectionPasswordFileOpt,
-    become: bool = common.BecomeOpt,
-    ask_become_pass: bool = common.AskBecomePassOpt,
-    become_password_file: Path | None = common.BecomePasswordFileOpt,
-    vault_id: list[str] = common.VaultIdOpt,
-    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
-    ask_vault_pass: bool = common.AskVaultPassOpt,
+    *,
+    ansible: AnsibleArgs,
 ) -> None:
     """Check endpoints once with the health gate: ready, loading, failed or unreachable; exit 1 unless all
     are ready. An inventory is read (and probed) with ansible-playbook's connection, become and vault
@@ -132,19 +93,7 @@ def status(
     if inventories or more_inventories:
         if model is not None:
             raise InputError("--model applies to URLs; with an inventory each pool's profile names its model")
-        options = _inputs.ansible_options(
-            user=user,
-            private_key=private_key,
-            ssh_common_args=ssh_common_args,
-            become=become,
-            ask_pass=ask_pass,
-            ask_become_pass=ask_become_pass,
-            connection_password_file=connection_password_file,
-            become_password_file=become_password_file,
-            vault_ids=vault_id,
-            vault_password_files=vault_password_file,
-            ask_vault_pass=ask_vault_pass,
-        )
+        options = ansible.checked()
         _inventory_status(
             _inputs.inventories(None, [*inventories, *more_inventories]),
             api_key=api_key,
@@ -160,7 +109,7 @@ def status(
     for option, value in (("--limit", limit), ("--log-lines", log_lines)):
         if value is not None:
             raise InputError(f"{option} applies to an inventory, not to URLs")
-    endpoints = [_endpoint(url, model, api_key) for url in urls]
+    endpoints = [endpoint(url, model, api_key) for url in urls]
     timeouts = Timeouts(completion_s=completion_timeout)
     with ThreadPoolExecutor(max_workers=min(16, len(endpoints))) as pool:
         verdicts = list(pool.map(lambda endpoint: check(endpoint, timeouts=timeouts), endpoints))
@@ -227,72 +176,6 @@ def ready(rows: list[dict[str, Any]]) -> bool:
     return bool(serving) and all(row["state"] == State.READY.value for row in serving)
 
 
-def probe_inventory(
-    inventory: Sources,
-    *,
-    api_key: str | None = None,
-    completion_timeout: float = 30.0,
-    limit: str | None = None,
-    log_lines: int = 20,
-    options: AnsibleOptions | None = None,
-) -> list[dict[str, Any]]:
-    """One row per instance (and one per unreachable host): host plus the plugin's endpoint fields."""
-    rows: list[dict[str, Any]] = []
-
-    def handle(event: Event) -> None:
-        kind = event.get("event")
-        data = event.get("event_data") or {}
-        host = str(data.get("host", "?"))
-        res = data.get("res") or {}
-        if kind in ("runner_on_ok", "runner_on_failed") and "endpoints" in res:
-            rows.extend({"host": host, **item} for item in res["endpoints"])
-        elif kind in ("runner_on_failed", "runner_on_unreachable"):
-            state = "unreachable" if kind == "runner_on_unreachable" else State.FAILED.value
-            message = str(res.get("msg", "")).strip() or "no answer"
-            rows.append(_host_row(host, state, message))
-
-    args = " ".join(
-        [
-            "wait=false",
-            "fail_when_not_ready=false",
-            f"completion_timeout_s={completion_timeout}",
-            f"log_lines={log_lines}",
-        ]
-    )
-    # run_module keeps no run directory: an API key given here must not stay on disk.
-    run = run_module(
-        f"{paths.COLLECTION}.vllm_health",
-        inventory,
-        host_pattern=HOST_GROUP,
-        module_args=args,
-        limit=limit,
-        extra_vars={"vllm_serve_api_key": api_key} if api_key else {},
-        verb="serve-status",
-        observer=handle,
-        options=options,
-    )
-    if not rows and run.rc != 0:
-        shown = inventory if isinstance(inventory, Path) else ", ".join(map(str, inventory))
-        raise InputError(f"could not probe {shown}: {run.stdout.strip()[-2000:] or run.status}")
-    return sorted(rows, key=lambda row: (row["host"], str(row.get("pool", ""))))
-
-
-def _host_row(host: str, state: str, message: str) -> dict[str, Any]:
-    return {
-        "host": host,
-        "pool": None,
-        "unit": None,
-        "unit_state": None,
-        "url": "-",
-        "state": state,
-        "ready": False,
-        "model": None,
-        "reason": message.splitlines()[0],
-        "log_tail": message.splitlines()[1:],
-        "message": message,
-    }
-
-
 def _inventory_table(rows: list[dict[str, Any]]) -> None:
     out = Console.for_stream(sys.stdout)
     if not rows:
@@ -327,6 +210,7 @@ def _inventory_table(rows: list[dict[str, Any]]) -> None:
 
 
 @serve_app.command("explain")
+@vault_options
 def explain_command(
     inventory: Path | None = common.InventoryArg,
     target: str | None = typer.Argument(
@@ -337,18 +221,15 @@ def explain_command(
     ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     more_inventories: list[Path] = common.InventoriesOpt,
-    vault_id: list[str] = common.VaultIdOpt,
-    vault_password_file: list[Path] = common.VaultPasswordFileOpt,
-    ask_vault_pass: bool = common.AskVaultPassOpt,
+    *,
+    ansible: AnsibleArgs,
 ) -> None:
     """Show what would run for each served pool, without contacting any host: the exact command line, the
     environment, the devices, the mounts, and every timeout of the load with where it came from (the
     profile's load_budget_s, the default, or the inventory's own setting)."""
     from provision.serving.explain import explain, render
 
-    options = _inputs.ansible_options(
-        vault_ids=vault_id, vault_password_files=vault_password_file, ask_vault_pass=ask_vault_pass
-    )
+    options = ansible.checked()
     loaded = check_inventory(_inputs.inventories(inventory, more_inventories), options.vault)
     records = explain(loaded, target)
     if as_json:

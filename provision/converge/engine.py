@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from provision.inventory.load import Inventory
-from provision.inventory.schema import HOST_GROUP
-from provision.runner.options import AnsibleOptions
 from provision.converge.record import Keys, fingerprint, keys_of_result, reads_outside, serving_closure
-from provision.runner.run import Event, Observer, RunResult, Sources, run_playbook
+from provision.inventory.validate import Resolved
+from provision.runner.events import Observer, Outcome, TaskEvent, on_tasks
+from provision.runner.options import AnsibleOptions
+from provision.runner.run import RunResult, Sources, run_playbook
 from provision.serving.health import serves_api
 
 SITE = "site"
@@ -47,26 +47,20 @@ def fast_path_refusal(
 
 
 class _Watch:
-    """Forwards events to the display and keeps what the converge needs: converged_state results per host
-    and the resources every task named."""
+    """Keeps what the converge needs of the runs' task results: converged_state results per host and the
+    resources every task named."""
 
-    def __init__(self, observer: Observer | None) -> None:
-        self.observer = observer
+    def __init__(self) -> None:
         self.states: dict[str, Mapping[str, Any]] = {}
         self.keys: dict[str, Keys] = {}
 
-    def __call__(self, event: Event) -> None:
-        data: Mapping[str, Any] = event.get("event_data") or {}
-        host = data.get("host")
-        res = data.get("res")
-        if event.get("event") == "runner_on_ok" and host and isinstance(res, Mapping):
-            action = str(data.get("task_action") or data.get("resolved_action") or "")
-            if action.rsplit(".", 1)[-1] == "converged_state":
-                self.states[str(host)] = res
-            else:
-                self.keys.setdefault(str(host), Keys()).update(keys_of_result(action, res))
-        if self.observer is not None:
-            self.observer(event)
+    def __call__(self, task: TaskEvent) -> None:
+        if task.outcome is not Outcome.OK or not task.result:
+            return
+        if task.module == "converged_state":
+            self.states[task.host] = task.result
+        else:
+            self.keys.setdefault(task.host, Keys()).update(keys_of_result(task.action, task.result))
 
 
 def _vars_file(run_dir: Path, name: str, content: Mapping[str, Any]) -> str:
@@ -76,19 +70,8 @@ def _vars_file(run_dir: Path, name: str, content: Mapping[str, Any]) -> str:
     return f"@{path}"
 
 
-def _groups(inventory: Inventory) -> list[list[str]] | None:
-    """The multi-node serving groups (host names), None when they cannot be worked out (then: all hosts)."""
-    from provision.inventory.groups import serving_groups_of
-
-    try:
-        groups = serving_groups_of(inventory.group_hosts(HOST_GROUP), inventory.hosts)
-    except Exception:  # any doubt about the grouping: converge every node
-        return None
-    return [[member.host for member in group.members] for group in groups]
-
-
 def converge(
-    inventory: Inventory,
+    inventory: Resolved,
     inventory_path: Sources,
     *,
     scratch: Path,
@@ -101,21 +84,25 @@ def converge(
     options: AnsibleOptions | None = None,
     run: Callable[..., RunResult] = run_playbook,
 ) -> RunResult:
-    """Verify (unless ``full``), run site.yml where needed, record; one :class:`RunResult` for all of it."""
-    hosts = inventory.group_hosts(HOST_GROUP)
-    prints = {host: fingerprint(inventory.hosts.get(host, {}), playbook=SITE) for host in hosts}
-    outside = {host: name for host in hosts if (name := reads_outside(inventory.hosts.get(host, {})))}
+    """Verify (unless ``full``), run site.yml where needed, record; one :class:`RunResult` for all of it.
+
+    ``inventory`` is the resolved view of ``inventory_path`` (:func:`provision.inventory.validate.resolve`):
+    the fingerprints are taken of its hosts' variables, the serving groups are its own."""
+    hosts = inventory.hosts
+    prints = {host: fingerprint(view.variables, playbook=SITE) for host, view in hosts.items()}
+    outside = {host: name for host, view in hosts.items() if (name := reads_outside(view.variables))}
     fingerprints = _vars_file(scratch, "fingerprints.json", {"provision_fingerprints": prints})
     common: dict[str, Any] = {"forks": forks, "verbosity": verbosity, "options": options}
-    watch = _Watch(observer)
+    watch = _Watch()
+    watched = on_tasks(watch, then=observer)
     if full:
-        site = run(SITE, inventory_path, verb="apply", limit=limit, diff=diff, observer=watch, **common)
+        site = run(SITE, inventory_path, verb="apply", limit=limit, diff=diff, observer=watched, **common)
         return _record(
             site, set(site.hosts), watch, inventory_path, fingerprints, scratch, common, observer, run
         )
 
     verify = run("converged", inventory_path, verb="verify", limit=limit, extra_vars=[fingerprints],
-                 observer=watch, env=ONE_COMMAND, **common)  # fmt: skip
+                 observer=watched, env=ONE_COMMAND, **common)  # fmt: skip
     probed = sorted(verify.hosts)
     verified: dict[str, str] = {}
     drift: dict[str, list[str]] = {}
@@ -133,7 +120,7 @@ def converge(
             drift[host] = [f"endpoint {e.pool} {e.state}: {e.url}" for e in bad]
         else:
             verified[host] = f"as recorded at {state.get('written_at')}"
-    groups = _groups(inventory)
+    groups = inventory.serving_groups
     rest = serving_closure(drift, groups) if groups is not None else set(drift) | set(verified)
     rest &= set(probed)
     for host in sorted(rest & set(verified)):
@@ -145,7 +132,7 @@ def converge(
         return verify
 
     watch.keys.clear()
-    site = run(SITE, inventory_path, verb="apply", limit=",".join(sorted(rest)), diff=diff, observer=watch,
+    site = run(SITE, inventory_path, verb="apply", limit=",".join(sorted(rest)), diff=diff, observer=watched,
                **common)  # fmt: skip
     site.verified, site.drift = verified, drift
     site.hosts = {**{h: s for h, s in verify.hosts.items() if h in verified}, **site.hosts}

@@ -41,12 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from provision import __version__, paths
-from provision.inventory.load import plain
+from provision.paths import FACT_DIR, RECORD_PATH
 from provision.scripts import node_script
 from provision.systemd import parse_show
 
-RECORD_PATH = "/var/lib/provision/converged.json"
-FACT_DIR = "/etc/ansible/facts.d"
 RECORD_FORMAT = 1
 BIG_FILE = 64 * 1024 * 1024
 """Files above this size are compared by size and mtime, not read (archives, installers, weights)."""
@@ -184,17 +182,19 @@ def code_digest() -> str:
 
 
 def reads_outside(host_vars: Mapping[str, Any]) -> str | None:
-    """The first variable whose template reads outside the inventory (its value can change unseen)."""
+    """The first variable whose template reads outside the inventory (its value can change unseen);
+    ``host_vars`` as plain data (:attr:`provision.inventory.validate.ResolvedHost.variables`)."""
     for name, value in host_vars.items():
-        text = json.dumps(plain(value), default=str)
+        text = json.dumps(value, default=str)
         if ("{{" in text or "{%" in text) and _OUTSIDE.search(text):
             return str(name)
     return None
 
 
 def fingerprint(host_vars: Mapping[str, Any], *, playbook: str) -> str:
-    """sha256 of what decides a node's converged state: its inventory variables, the playbook, the code."""
-    payload = {"code": code_digest(), "playbook": playbook, "vars": plain(dict(host_vars))}
+    """sha256 of what decides a node's converged state: its inventory variables (plain data), the playbook,
+    the code."""
+    payload = {"code": code_digest(), "playbook": playbook, "vars": dict(host_vars)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -274,9 +274,11 @@ NPU_FIELDS = (
 
 
 def npu_summary(ascend_npus: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What of the ``ascend_npus`` fact must stay as the record has it (not temperatures, power, usage)."""
+    """What of the ``ascend_npus`` fact must stay as the record has it (not temperatures, power, usage), as
+    the record's JSON will read it back (a tuple as a list), so an unchanged node compares equal."""
     npus = ascend_npus or {}
-    return {name: plain(npus.get(name)) for name in NPU_FIELDS}
+    summary: dict[str, Any] = json.loads(json.dumps({name: npus.get(name) for name in NPU_FIELDS}))
+    return summary
 
 
 def new_record(fp: str, observation: Observation, npus: Mapping[str, Any], written_at: str) -> dict[str, Any]:

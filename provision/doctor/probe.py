@@ -27,7 +27,7 @@ from provision.ascend import hccn_gate
 from provision.ascend.facts import MARK, PROBE_SCRIPT, facts_from_probe, sections
 from provision.ascend.npu_smi import ParseError
 from provision.ascend.versions import parse_cann_install_info
-from provision.converge.record import FACT_DIR, RECORD_PATH
+from provision.paths import FACT_DIR, RECORD_PATH
 from provision.scripts import node_script
 from provision.systemd import parse_show, parse_show_units
 

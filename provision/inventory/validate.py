@@ -21,7 +21,7 @@ from provision.ascend import lock
 from provision.errors import InputError
 from provision.inventory import argspecs, files, rules
 from provision.inventory.budget import short_overrides
-from provision.inventory.groups import HostView, grouping_problems, inventory_view
+from provision.inventory.groups import HostView, grouping_problems, inventory_view, serving_groups
 from provision.inventory.load import Inventory, Origin, load_inventory, origin_of, plain
 from provision.inventory.profiles import fit_problem, shipped_profiles
 from provision.inventory.schema import (
@@ -786,3 +786,43 @@ def owned_variable_names(names: Iterable[str]) -> list[str]:
 
 def format_issues(issues: Iterable[Issue], base: Path | None = None) -> list[str]:
     return [issue.render(base) for issue in issues]
+
+
+# ------------------------------------------------------------------------------------------ the resolved view
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedHost:
+    """One host of ``npu_nodes`` as the commands read it once the inventory is valid: its variables as
+    plain data (:func:`~provision.inventory.load.plain`) and the stack it runs
+    (:func:`provision.ascend.lock.host_stack`)."""
+
+    name: str
+    variables: dict[str, Any]
+    stack: lock.HostStack
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A valid inventory, resolved per host: what the converge engine and the CLI read instead of Ansible's
+    host variables."""
+
+    inventory: Inventory
+    hosts: dict[str, ResolvedHost]
+    """The hosts of ``npu_nodes``, in the group's order."""
+    serving_groups: list[list[str]] | None
+    """The multi-node serving groups (host names, head first); None when they cannot be worked out."""
+
+
+def resolve(inventory: Inventory) -> Resolved:
+    """The per-host view of an inventory :func:`check` passed."""
+    hosts: dict[str, ResolvedHost] = {}
+    for name in inventory.group_hosts(HOST_GROUP):
+        variables: dict[str, Any] = plain(dict(inventory.hosts.get(name) or {}))
+        hosts[name] = ResolvedHost(name, variables, lock.host_stack(variables))
+    try:
+        groups = serving_groups(inventory_view(list(hosts), {h: v.variables for h, v in hosts.items()}))
+        members: list[list[str]] | None = [[m.host for m in group.members] for group in groups]
+    except Exception:  # any doubt about the grouping: the callers treat every host as its own
+        members = None
+    return Resolved(inventory, hosts, members)

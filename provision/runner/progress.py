@@ -11,7 +11,8 @@ from rich.console import Console as RichConsole
 from rich.live import Live
 from rich.table import Table
 
-from provision.runner.run import Event, RunResult
+from provision.runner.events import Event
+from provision.runner.run import RunResult
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -23,10 +23,8 @@ from typing import Any
 
 from provision import paths
 from provision.errors import EnvironmentProblem
+from provision.runner.events import Event, Observer
 from provision.runner.options import AnsibleOptions, ExtraVars, extra_vars_args, private_folder
-
-Event = Mapping[str, Any]
-Observer = Callable[[Event], None]
 
 # Seconds Mitogen may take to connect AND start its interpreter on a node (Ansible's `timeout`).
 MITOGEN_CONNECT_TIMEOUT = "60"

@@ -629,7 +629,7 @@ def test_the_inventorys_power_label_is_shown_beside_every_energy_figure(
     with the J/token it gave: the table, the energy line, --json and the report's energy plot."""
     import shutil
 
-    from provision.cli import serve as serve_cli
+    from provision.cli import _endpoints
 
     site = tmp_path / "site"
     shutil.copytree(
@@ -645,7 +645,7 @@ def test_the_inventorys_power_label_is_shown_beside_every_energy_figure(
     )
     row = {"host": "atlas-a01", "pool": "chat", "role": "single", "state": "ready", "url": stub.url,
            "model": "stub", "reason": "ok"}  # fmt: skip
-    monkeypatch.setattr(serve_cli, "probe_inventory", lambda *_a, **_k: [row])
+    monkeypatch.setattr(_endpoints, "probe_inventory", lambda *_a, **_k: [row])
     made: list[dict[str, Any]] = []
 
     def sampler(path: Path, devices: dict[str, list[int]], **options: Any) -> power.ScriptedSampler:

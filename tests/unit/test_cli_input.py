@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from provision.cli import _inputs, _playbook
+from provision.cli import apply as apply_cli
 from provision.cli import bootstrap as bootstrap_cli
 from provision.cli import serve as serve_cli
 from provision.errors import InputError
@@ -66,7 +67,7 @@ def inventory(tmp_path: Path) -> Path:
 @pytest.fixture
 def runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, Any]]:
     """What reached a playbook run (plan and apply go through run_playbook, an apply of site.yml through
-    converge): one dict of its arguments per run."""
+    apply's converge): one dict of its arguments per run."""
     calls: list[dict[str, Any]] = []
 
     def result(playbook: str) -> RunResult:
@@ -83,7 +84,7 @@ def runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, Any]
         return result("site")
 
     monkeypatch.setattr(_playbook, "run_playbook", fake_run)
-    monkeypatch.setattr(_playbook, "converge", fake_converge)
+    monkeypatch.setattr(apply_cli, "converge", fake_converge)
     return calls
 
 

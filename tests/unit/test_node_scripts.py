@@ -11,8 +11,8 @@ import pytest
 
 from provision.ascend import facts, hccn_gate
 from provision.bootstrap import discover, node
-from provision.doctor import probe
 from provision.converge import record
+from provision.doctor import probe
 from provision.scripts import node_script
 from provision.serving import preserve
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from provision.inventory.load import Inventory
 from provision.converge.engine import converge, fast_path_refusal
 from provision.converge.record import (
     Keys,
@@ -31,6 +30,8 @@ from provision.converge.record import (
     serving_closure,
     write_command,
 )
+from provision.inventory.load import Inventory
+from provision.inventory.validate import resolve
 from provision.runner.run import HostStats, RunResult, ServedEndpoint
 
 pytestmark = pytest.mark.unit
@@ -277,8 +278,8 @@ CONVERGED = {"converged": True, "drift": [], "written_at": "T"}
 
 def apply_with(fake: FakeRuns, inventory: Inventory, tmp_path: Path, **kwargs: Any) -> RunResult:
     return converge(
-        inventory, tmp_path / "inv.ini", scratch=tmp_path, limit=None, forks=None, verbosity=0, observer=None,
-        run=fake, **kwargs,
+        resolve(inventory), tmp_path / "inv.ini", scratch=tmp_path, limit=None, forks=None, verbosity=0,
+        observer=None, run=fake, **kwargs,
     )  # fmt: skip
 
 
