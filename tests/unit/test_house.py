@@ -153,3 +153,127 @@ def test_the_stack_scan_sees_a_second_resolution(tmp_path: Path) -> None:
         "fine = lock.resolve_stack(stack).name\n"
     )
     assert stack_default_reads(sample) == [3, 4, 5]
+
+
+# ansible-runner's raw event vocabulary: its keys and its event names. provision/runner/ reads them once
+# (provision.runner.events) and hands the rest of provision typed TaskEvents and RunResults.
+_EVENT_WORDS = (
+    "event_data",
+    "runner_on_",
+    "runner_item_on_",
+    "playbook_on_",
+    "resolved_action",
+    "task_action",
+)
+
+
+def runner_event_reads(path: Path) -> list[int]:
+    """The lines of ``path`` whose string constants name a raw ansible-runner event key or event."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and any(node.value == w or (w.endswith("_") and node.value.startswith(w)) for w in _EVENT_WORDS)
+        }
+    )
+
+
+def test_only_the_runner_decodes_ansible_runner_events() -> None:
+    runner = ROOT / "provision" / "runner"
+    sources = [p for p in sorted((ROOT / "provision").rglob("*.py")) if not p.is_relative_to(runner)]
+    offenders = {str(p.relative_to(ROOT)): runner_event_reads(p) for p in sources}
+    assert {path: lines for path, lines in offenders.items() if lines} == {}
+    # the scan sees the runner's own reading
+    assert runner_event_reads(runner / "events.py")
+
+
+def test_the_event_scan_sees_a_raw_event_read(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text(
+        "def handle(event):\n"
+        "    data = event.get('event_data') or {}\n"
+        "    if event['event'] == 'runner_on_ok':\n"
+        "        return data.get('res')\n"
+        "    return 'event_data is fine in a sentence'\n"
+    )
+    assert runner_event_reads(sample) == [2, 3]
+
+
+# ansible-playbook's connection, become and vault options: declared in provision/cli/_ansible_options.py
+# alone; a verb takes them with its connection_options/vault_options decorator.
+ANSIBLE_OPTION_HOME = "provision/cli/_ansible_options.py"
+# Same flag, another meaning: these verbs run no ansible-playbook with it.
+SAME_FLAG_OTHER_MEANING = {
+    "provision/cli/bootstrap.py": frozenset({"--user", "-u"}),  # the first SSH login (paramiko)
+    "provision/cli/image.py": frozenset({"--vault-password-file"}),  # the registry credentials' vault file
+}
+ANSIBLE_FLAGS = frozenset(
+    {
+        "--user", "-u", "--private-key", "--key-file", "--ssh-common-args", "--ask-pass", "-k",
+        "--connection-password-file", "--conn-pass-file", "--become", "-b", "--ask-become-pass", "-K",
+        "--become-password-file", "--become-pass-file", "--vault-id", "--vault-password-file",
+        "--vault-pass-file", "--ask-vault-pass", "-J",
+    }
+)  # fmt: skip
+
+
+def ansible_option_declarations(path: Path, other_meaning: frozenset[str] = frozenset()) -> list[int]:
+    """The lines of ``path`` declaring a CLI option (``typer.Option``/``Option``) under one of
+    ansible-playbook's connection, become or vault flags (but those of ``other_meaning``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+        flags = {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+        if name == "Option" and (flags & ANSIBLE_FLAGS) - other_meaning:
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_ansible_options_have_one_definition() -> None:
+    sources = sorted((ROOT / "provision").rglob("*.py"))
+    offenders = {
+        name: ansible_option_declarations(p, SAME_FLAG_OTHER_MEANING.get(name, frozenset()))
+        for p in sources
+        if (name := str(p.relative_to(ROOT))) != ANSIBLE_OPTION_HOME
+    }
+    assert {path: lines for path, lines in offenders.items() if lines} == {}
+    # the scan sees every one of the home's eleven declarations
+    assert len(ansible_option_declarations(ROOT / ANSIBLE_OPTION_HOME)) == 11
+
+
+def test_the_option_scan_sees_a_second_definition(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text(
+        "import typer\nfrom typer import Option\n"
+        "A = typer.Option(None, '--user', '-u', help='x')\n"
+        "B = Option([], '--vault-id')\n"
+        "C = typer.Option(None, '--limit', '-l')\n"
+    )
+    assert ansible_option_declarations(sample) == [3, 4]
+    assert ansible_option_declarations(sample, frozenset({"--user", "-u"})) == [4]
+
+
+def test_apply_s_inventory_argument_climbs_back_up_at_most_three_times() -> None:
+    """benchmarks/inventory_walk.py follows the inventory through ``provision apply`` (ansible-runner
+    scripted, no host contacted): the CLI validates and resolves it once, then hands the view down."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "inventory_walk.py"), "--max-climbs", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "== this tree: " in done.stdout
+    walk = done.stdout.split("walk: ", 1)[1].splitlines()[0].split(" -> ")
+    assert walk[:2] == ["cli", "inventory"] and "converge" in walk  # the engine was walked
+    assert "climbs: provision.inventory.load.plain" not in done.stdout
