@@ -371,7 +371,7 @@ TASK = "Refuse engines that listen beyond loopback without an API key"
 
 
 def test_the_role_refuses_a_templated_bind_address_that_is_open_and_keyless(tmp_path: Path) -> None:
-    """A bind address from a template: validate cannot judge it, the role does once Ansible has templated it."""
+    """A bind address from a template: validate cannot judge it; the role does, once Ansible templated it."""
     done = _check_play(tmp_path, "192.0.2.11", vllm_serve_bind_host="{{ ansible_host }}")
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"TASK [provision.ascend.vllm_serve : {TASK}]" in done.stdout
@@ -396,3 +396,28 @@ def test_the_role_lets_a_keyed_loopback_or_opted_out_engine_through(
     after = done.stdout.split(f"TASK [provision.ascend.vllm_serve : {TASK}]", 1)[1]
     assert after.split("\n", 2)[1] == "ok: [node1]", done.stdout  # the check ran and passed, not skipped
     assert "templated-key" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("host_line", "bind"),
+    [("node1 ansible_host=192.0.2.11", "192.0.2.11"), ("atlas-a01.lan", "0.0.0.0")],
+)
+def test_serve_explain_shows_the_bind_address_the_role_will_use(
+    tmp_path: Path, host_line: str, bind: str
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from provision.cli.serve import register
+    from tests.helpers import cli_app
+
+    files = {
+        "inventory.ini": f"[npu_nodes]\n{host_line}\n",
+        "group_vars/npu_nodes.yml": SERVED + "vllm_serve_api_key: k\n",
+    }
+    inventory = write_tree(tmp_path, files)
+    result = CliRunner().invoke(cli_app(register), ["serve", "explain", str(inventory), "--json"])
+    assert result.exit_code == 0, result.output
+    [record] = json.loads(result.output)["instances"]
+    assert record["argv"][record["argv"].index("--host") + 1] == bind
