@@ -55,7 +55,7 @@ def inventory_folder(inventory: Path) -> Path:
 def key_path(inventory: Path, group: str) -> Path:
     """Where the key of ``group`` goes; InputError (exit 2) when Ansible would not read it there, or would
     stop reading the group's other variables."""
-    if not GROUP_NAME.match(group):
+    if not GROUP_NAME.fullmatch(group):
         raise InputError(
             f"--group {group!r}: not a group name (letters, digits and '_', not starting with a digit)"
         )

@@ -268,6 +268,9 @@ def test_serve_key_refuses_a_bad_group_and_a_missing_inventory(
     inventory = write_tree(tmp_path, {"inventory.ini": INI})
     assert run_cli(["serve", "key", str(inventory), "--group", "../etc"], monkeypatch) == 2
     assert "--group '../etc': not a group name" in capsys.readouterr().err
+    assert run_cli(["serve", "key", str(inventory), "--group", "npu_nodes\n"], monkeypatch) == 2
+    assert "--group 'npu_nodes\\n': not a group name" in capsys.readouterr().err
+    assert not (tmp_path / "group_vars").exists()
     assert run_cli(["serve", "key", str(tmp_path / "nope.ini")], monkeypatch) == 2
     assert "nope.ini: no such inventory" in capsys.readouterr().err
 
