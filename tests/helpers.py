@@ -342,6 +342,11 @@ node2 ansible_host=192.0.2.12
 """
 
 VALIDATE_INI = "[npu_nodes]\nnode1 ansible_host=192.0.2.11\n"
+# The engines of these inventories listen on node1's address, which needs an API key (or an explicit
+# opt-out): every inventory that serves carries one, as a careful operator's does (the rule itself:
+# tests/unit/test_listeners.py).
+TEST_API_KEY = "unit-test-key"
+API_KEY_VARS = f"vllm_serve_api_key: {TEST_API_KEY}\n"
 
 
 def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
@@ -381,6 +386,7 @@ def validate(tmp_path: Path, group_vars: str, monkeypatch: pytest.MonkeyPatch) -
     (dedented YAML); returns the exit code."""
     (tmp_path / "group_vars").mkdir(exist_ok=True)
     (tmp_path / "group_vars" / "npu_nodes.yml").write_text(textwrap.dedent(group_vars))
+    (tmp_path / "group_vars" / "all.yml").write_text(API_KEY_VARS)
     (tmp_path / "inventory.ini").write_text(VALIDATE_INI)
     return run_cli(["validate", str(tmp_path / "inventory.ini")], monkeypatch)
 

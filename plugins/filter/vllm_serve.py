@@ -241,9 +241,26 @@ def vllm_serve_image_stack(
     return {"problems": found.problems, "checked": found.checked}
 
 
+def vllm_serve_open_engine(bind_host: Any, has_key: Any, allow_unauthenticated: Any = False) -> str:
+    """Why engines bound to ``bind_host`` are refused ('' when they are not): beyond loopback without an API
+    key, unless the inventory accepts the risk. ``provision validate`` applies the same rule
+    (provision.inventory.listen) to the values it can read before templating."""
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    from provision.inventory.listen import engine_problem
+
+    try:
+        allow = boolean(allow_unauthenticated, strict=True)
+    except TypeError as exc:
+        raise AnsibleFilterError(f"vllm_serve_allow_unauthenticated: {exc}") from None
+    problem = engine_problem(str(bind_host), boolean(has_key, strict=False), allow)
+    return problem or ""
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
+            "vllm_serve_open_engine": vllm_serve_open_engine,
             "vllm_serve_image_command": vllm_serve_image_command,
             "vllm_serve_image_stack": vllm_serve_image_stack,
             "vllm_serve_instances": vllm_serve_instances,

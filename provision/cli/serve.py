@@ -360,4 +360,7 @@ def explain_command(
 
 
 def register(app: typer.Typer) -> None:
+    from provision.cli import serve_key
+
+    serve_key.register(serve_app)
     app.add_typer(serve_app, name="serve")

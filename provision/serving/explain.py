@@ -21,6 +21,7 @@ import yaml
 from provision.errors import InputError
 from provision.inventory.budget import Timeout, describe
 from provision.inventory.groups import serving_groups_of
+from provision.inventory.listen import management_address
 from provision.inventory.load import Inventory, plain
 from provision.inventory.roles import role_value
 from provision.inventory.schema import HOST_GROUP
@@ -97,7 +98,7 @@ def _host_records(host: str, variables: Mapping[str, Any], groups: Sequence[Any]
         [inst] = instances(
             [pool],
             var("vllm_serve_profiles") or {},
-            host=str(var("vllm_serve_bind_host") or "0.0.0.0"),
+            host=str(var("vllm_serve_bind_host") or management_address(address)),  # the role's default
             node_ip=node_ip,
             extra_env=var("vllm_serve_env") or {},
             rank=rank,

@@ -21,7 +21,7 @@ import pytest
 
 from provision.ascend import lock
 from provision.bundle import serve
-from tests.helpers import gnupg_home, run_cli, write_tree
+from tests.helpers import TEST_API_KEY, gnupg_home, run_cli, write_tree
 
 pytestmark = pytest.mark.unit
 
@@ -152,6 +152,7 @@ def inventory(tmp_path: Path) -> Path:
             "host_vars/node1.yml": FACTS.format(os="openEuler", version="22.03"),
             "host_vars/node2.yml": FACTS.format(os="ubuntu", version="22.04"),
             "group_vars/npu_nodes.yml": f"""\
+                vllm_serve_api_key: {TEST_API_KEY}
                 vllm_serve_image: {IMAGE}
                 npu_pools_list: [{{name: chat, devices: [0], port: 8000, profile: small}}]
                 vllm_serve_profiles:
