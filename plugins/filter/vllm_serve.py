@@ -50,7 +50,7 @@ def vllm_serve_instances(
         checksums[str(result["item"]["name"])] = (result.get("stat") or {}).get("checksum") or ""
     try:
         plans = pool_plans(
-            [pool for pool in pools or [] if isinstance(pool, Mapping)],
+            list(pools or []),
             profiles or {},
             host=bind_host,
             extra_env=extra_env or {},
@@ -69,6 +69,8 @@ def _role_item(item: dict[str, Any], checksums: Mapping[str, Any]) -> dict[str, 
     """A plan's pool with the bodies of the files the role writes."""
     from provision.serving.profiles import args_file, env_file
 
+    if item.get("container") is None:  # service mode, or not wrapped yet: vllm_serve_containerize adds it
+        item.pop("container", None)
     item["args_text"] = args_file(item["argv"])
     pool_sum = checksums.get(item["pool"]) or "none"
     about = f"# {item['unit']}: profile {item['profile']}; pool file sha1 {pool_sum}\n"
