@@ -166,3 +166,42 @@ def test_the_assembly_scan_sees_a_second_assembly(tmp_path: Path) -> None:
         "fine = profiles.served_name(p)\n"
     )
     assert assembly_calls(sample) == ["vllm_args:3", "run_argv:4"]
+
+
+# ------------------------------------------------------------------- what the node says, read by the filters
+
+POOL = {"name": "chat", "devices": [2, 3], "port": 8001, "profile": "tp2"}
+TP2 = {"tp2": {"model": "/engine/models/m", "tensor_parallel_size": 2}}
+
+
+def test_the_filter_reads_the_nodes_stat_and_getent_results() -> None:
+    [item] = FILTERS.vllm_serve_instances(
+        [POOL], TP2, [], pool_files=[{"item": POOL, "stat": {"exists": True, "checksum": "c0ffee"}}]
+    )
+    assert "pool file sha1 c0ffee" in item["env_text"]
+    assert "container" not in item, "service mode until vllm_serve_containerize wraps it"
+    paths = FILTERS.vllm_serve_container_paths([item])
+    present = {"/dev/davinci2", "/dev/davinci3", "/usr/local/dcmi"}
+    stats = [{"item": path, "stat": {"exists": path in present}} for path in paths]
+    getent = {"ansible_facts": {"getent_group": {"HwHiAiUser": ["x", "1001", ""]}}}
+    settings = {"image": "i:1", "devices": "device", "device_group": "HwHiAiUser", "command": []}
+    [wrapped] = FILTERS.vllm_serve_containerize([item], settings, path_stats=stats, group=getent)
+    argv = wrapped["argv"]
+    assert argv[argv.index("--group-add") + 1] == "1001"
+    mounts = [argv[i + 1] for i, word in enumerate(argv) if word == "-v"]
+    assert "/usr/local/dcmi:/usr/local/dcmi:ro" in mounts, "an existing driver file is mounted"
+    assert not any(m.startswith(("/etc/ascend_install.info", "/dev/")) for m in mounts), "absent or a device"
+    [bare] = FILTERS.vllm_serve_containerize([item], settings, path_stats=[], group={"skipped": True})
+    assert "--group-add" not in bare["argv"], "no such group on the node: no --group-add"
+
+
+def test_the_readiness_endpoint_answers_for_the_pools_that_serve_an_api() -> None:
+    items = [
+        {"pool": "chat", "port": 8001, "start": "single"},
+        {"pool": "r1", "port": 8000, "start": "head"},
+        {"pool": "r2", "port": 8002, "start": "worker"},
+    ]
+    assert FILTERS.vllm_serve_ready_pools(items, "127.0.0.1") == {
+        "chat": "http://127.0.0.1:8001/health",
+        "r1": "http://127.0.0.1:8000/health",
+    }
