@@ -134,7 +134,7 @@ def _instances_of(
     from provision.inventory.load import host_var
     from provision.inventory.validate import check as check_inventory
     from provision.serving.health import State, serves_api
-    from provision.serving.profiles import instances
+    from provision.serving.plan import pool_plans
 
     loaded = check_inventory(inventory)  # bad input: exit 2, no host contacted
     limit = _inputs.limit(limit, loaded)
@@ -159,7 +159,7 @@ def _instances_of(
         key = api_key or host_var(loaded.hosts, str(row["host"]), "vllm_serve_api_key")
         devices: dict[str, list[int]] = {}
         for host in row.get("hosts") or [row["host"]]:
-            for inst in instances(
+            for inst in pool_plans(
                 host_var(loaded.hosts, host, "npu_pools_list", []),
                 host_var(loaded.hosts, host, "vllm_serve_profiles", {}),
             ):
