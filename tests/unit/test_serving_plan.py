@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from provision.cli.serve import register
 from provision.inventory.groups import serving_groups_of
+from provision.inventory.listen import management_address
 from provision.inventory.roles import role_value
 from provision.inventory.schema import HOST_GROUP
 from provision.inventory.validate import check as check_inventory
@@ -62,7 +63,9 @@ def role_instances(inventory: Path, host: str) -> list[dict[str, Any]]:
         variables.get("npu_pools_list") or [],
         var("vllm_serve_profiles") or {},
         command("_vllm_serve_commands"),
-        bind_host=var("vllm_serve_bind_host"),
+        # the role's default, a template: the node's management address (provision_listen_address)
+        bind_host=var("vllm_serve_bind_host")
+        or management_address(str(variables.get("ansible_host") or host)),
         extra_env=var("vllm_serve_env") or {},
         ranks=host_ranks(groups, host, node_ip=str(variables.get("ansible_host") or host)),
         headless_command=command("_vllm_serve_headless_commands"),
