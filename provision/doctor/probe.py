@@ -64,11 +64,12 @@ LINE_CHARS = 2000
 KERNEL_HOURS = 6
 KERNEL_LINES = 200
 """Kernel lines kept from the start of the boot, and from the last KERNEL_HOURS hours."""
-KERNEL_FILTER = r"davinci|devdrv|drv_|devmm|hisi_hdc|hdc_|ascend|npu"
+KERNEL_FILTER = r"davinci|devdrv|drv_|devmm|hisi_hdc|ascend|(^|[^a-z])npu"
 """The NPU driver's names in kernel lines: its device nodes (/dev/davinciN, devmm_svm, hisi_hdc), its
 modules (drv_pcie_host, drv_devmng_host, drv_devmm_host, drv_hdc_host), its PCI driver
-(devdrv_device_driver). No public capture of the driver's kernel messages was found: this keeps every
-line naming it rather than guessing at its message formats."""
+(devdrv_device_driver); "npu" as a word start (not the "input:" lines of every boot). No public capture of
+the driver's kernel messages was found: this keeps every line naming it rather than guessing at its
+message formats."""
 PLOG_FILES = 3
 PLOG_ERROR_LINES = 100
 PLOG_ERROR = r"^\[ERROR\]|E[A-Z][0-9][0-9][0-9][0-9]"

@@ -69,6 +69,7 @@ def long_journal(tmp_path: Path) -> tuple[Path, list[str]]:
         "2026-12-03T10:00:00+0000 node1 kernel: Linux version 5.10.0\n"
         "2026-12-03T10:00:01+0000 node1 kernel: drv_devmng_host: loading out-of-tree module\n"
         "2026-12-03T10:00:02+0000 node1 kernel: e1000e: eth0 NIC Link is Up\n"
+        "2026-12-03T10:00:03+0000 node1 kernel: input: Power Button as /devices/LNXSYSTM:00/input/input0\n"
     )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
