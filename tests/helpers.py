@@ -434,6 +434,38 @@ def sample_segments(name: str, *, skip_missing: bool = False) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class FaultLog:
+    """One block of tests/fixtures/samples/ascend_fault_logs.txt: verbatim log lines of one public source."""
+
+    failure: str
+    source: str
+    lines: tuple[str, ...]
+
+
+def fault_logs(name: str = "ascend_fault_logs.txt") -> list[FaultLog]:
+    """The blocks of a fault-log sample: ``# === <failure id> ===``, ``# SOURCE: <url>``, then the lines."""
+    blocks: list[FaultLog] = []
+    failure = source = None
+    lines: list[str] = []
+
+    def close() -> None:
+        if failure and source and any(line.strip() for line in lines):
+            blocks.append(FaultLog(failure, source, tuple(line for line in lines if line.strip())))
+
+    for line in (SAMPLES / name).read_text(encoding="utf-8").splitlines():
+        head = re.match(r"^# === (\S+) ===$", line)
+        if head:
+            close()
+            failure, source, lines = head.group(1), None, []
+        elif line.startswith("# SOURCE: "):
+            source = line.removeprefix("# SOURCE: ").strip()
+        elif not line.startswith("#"):
+            lines.append(line)
+    close()
+    return blocks
+
+
 def sample_captures(name: str) -> dict[str, str]:
     """The named captures of a sample file: a ``## name`` line opens one, ``#`` lines are comments."""
     out: dict[str, list[str]] = {}
