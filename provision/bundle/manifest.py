@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from provision import openpgp
 from provision.errors import EnvironmentProblem, InputError, ProvisionError
 
 FORMAT = "provision-bundle/1"
@@ -201,15 +201,10 @@ def sign(manifest: Path, key: str, home: Path | None = None) -> Path:
     return output
 
 
-FINGERPRINT = re.compile(r"^(?:0x)?[0-9A-Fa-f]{40}$")
-"""An OpenPGP v4 key fingerprint as ``gpg --fingerprint`` prints it (spaces removed)."""
-
-
 def signer_pin(value: str) -> str | None:
     """``--key``'s value as a fingerprint (upper case, no spaces, no ``0x``); None when it is not one
     (then it names a public key file)."""
-    compact = value.replace(" ", "")
-    return compact.removeprefix("0x").upper() if FINGERPRINT.match(compact) else None
+    return openpgp.normalize_fingerprint(value)
 
 
 def check_signature(data: bytes, signature: bytes, key: str | None, where: str) -> str:
@@ -227,7 +222,9 @@ def check_signature(data: bytes, signature: bytes, key: str | None, where: str) 
         home: Path | None = None
         if key is not None and pin is None:
             if not Path(key).is_file():
-                raise InputError(f"--key {key}: neither a key fingerprint (40 hex digits) nor a file")
+                raise InputError(
+                    f"--key {key}: neither a key fingerprint (40 hex digits, 64 for a v6 key) nor a file"
+                )
             home = work / "gnupg"
             home.mkdir(mode=0o700)
             imported = subprocess.run(

@@ -355,6 +355,32 @@ def test_run_files_from_the_vendor_folder_need_a_checksum(
     assert "or pin it in ascend_driver_checksums" in err
 
 
+def test_a_run_file_pinned_by_the_lock_must_match_the_pin_whatever_the_mirror_lists(
+    tmp_path: Path,
+    inventory: Path,
+    mirror: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from provision.ascend import lock
+
+    vendor = "0" * 64  # what the vendor publishes for DRIVER, in this test
+    monkeypatch.setattr(lock, "sha256_pins", lambda: {DRIVER: vendor})
+    # The mirror's sha256sums.txt agrees with its own copy of the file: it does not matter.
+    served = sha((mirror / "ascend" / DRIVER).read_bytes())
+    assert build(monkeypatch, inventory, tmp_path / "rack.tar", mirror) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{mirror / 'ascend' / DRIVER}: sha256 {served} does not match {vendor} (the version lock, "
+        "provision/data/versions.yml): it is corrupted or not the vendor's file"
+    ) in err
+    assert not (tmp_path / "rack.tar").exists()
+    # The inventory's pin wins over the lock's (whoever writes the inventory vouches for its file).
+    with (inventory.parent / "group_vars" / "npu_nodes.yml").open("a") as group_vars:
+        group_vars.write(f"ascend_driver_checksums: {{'{DRIVER}': '{served}'}}\n")
+    assert build(monkeypatch, inventory, tmp_path / "rack.tar", mirror) == 0
+
+
 def test_an_image_nobody_gave_is_refused(
     tmp_path: Path,
     inventory: Path,
@@ -791,7 +817,10 @@ def test_key_pins_the_signer_by_fingerprint(
     assert "manifest.json.asc does not verify manifest.json: bad signature" in capsys.readouterr().err
     # A --key that is neither a fingerprint nor a file is bad input.
     assert run_cli(["bundle", "verify", str(foreign), "--key", "ABCD"], monkeypatch) == 2
-    assert "--key ABCD: neither a key fingerprint (40 hex digits) nor a file" in capsys.readouterr().err
+    assert (
+        "--key ABCD: neither a key fingerprint (40 hex digits, 64 for a v6 key) nor a file"
+        in capsys.readouterr().err
+    )
 
 
 # ------------------------------------------------------------------------------------- a mirror over HTTP
