@@ -357,7 +357,7 @@ def test_openeuler_key_pinned_by_fingerprint(sim_cluster: Cluster, tmp_path: Pat
 
     try:
         pinned = run("apply", fingerprint.lower())
-        assert pinned.rc == 0, pinned.stderr[-3000:]
+        assert pinned.rc == 0, (pinned.failures(), pinned.stderr[-3000:])
         copy = f"/etc/pki/rpm-gpg/RPM-GPG-KEY-provision-{fingerprint}"
         for name in openeuler:
             assert sh(sim_cluster, name, f"cat {copy}") == key.read_text()
@@ -366,7 +366,8 @@ def test_openeuler_key_pinned_by_fingerprint(sim_cluster: Cluster, tmp_path: Pat
             assert text.count(f"gpgkey=file://{copy}\n") == len(repos.OPENEULER_SECTIONS), text
             assert "RPM-GPG-KEY-openEuler" not in text
         again = run("apply", fingerprint)
-        assert again.rc == 0 and set(again.changed().values()) == {0}, again.summary["changes"]
+        assert again.rc == 0, (again.failures(), again.stderr[-3000:])
+        assert set(again.changed().values()) == {0}, again.summary["changes"]
     finally:
         # The session cluster's other tests expect the unpinned repo files.
         restored = provision_cli(
