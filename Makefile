@@ -41,6 +41,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
+	shellcheck provision/scripts/*.sh
 	ANSIBLE_COLLECTIONS_PATH=$$($(BIN)/python -c 'from provision.paths import collections_path as c; print(c())') \
 		$(BIN)/ansible-lint --offline playbooks roles
 

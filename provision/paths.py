@@ -47,11 +47,16 @@ def collections_path() -> Path:
     return base
 
 
+def playbooks_dir() -> Path:
+    """The collection's ``playbooks/``, where ansible-playbook reads playbook-adjacent group_vars."""
+    return ansible_root() / "playbooks"
+
+
 def playbook(name: str) -> Path:
     """Absolute path of ``playbooks/<name>`` (``.yml`` added when missing)."""
     if not name.endswith((".yml", ".yaml")):
         name = f"{name}.yml"
-    return ansible_root() / "playbooks" / name
+    return playbooks_dir() / name
 
 
 def ansible_cfg() -> Path:

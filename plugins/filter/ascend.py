@@ -46,13 +46,13 @@ def ascend_locked_version(key: str, stack: str | None = None) -> str:
     """``lock.stacks[stack][key]`` (the lock's default stack when ``stack`` is empty)."""
     from provision.ascend import lock
 
-    name = str(stack or lock.default_stack_name())
-    if name not in lock.stack_names():
+    chosen = lock.resolve_stack(stack)
+    name = chosen.name
+    if not chosen.known:
         raise ValueError(f"provision_stack {name!r} is not in the version lock; known: {lock.stack_names()}")
-    entry = lock.stack(name)
-    if key not in entry:
+    if key not in chosen.versions:
         raise ValueError(f"the version lock has no {key!r} for stack {name}")
-    return str(entry[key])
+    return str(chosen.versions[key])
 
 
 def ascend_file_checksum(
@@ -89,7 +89,7 @@ def ascend_stack_report(local: Mapping[str, Any] | None, stack: str | None = Non
     }
     from provision.ascend import lock
 
-    name = str(stack or lock.default_stack_name())
+    name = lock.resolve_stack(stack).name
     locked = {key: ascend_locked_version(key, name) for key in running}
     differences = [
         f"{key} {running[key] or 'none'} (lock {locked[key]})"

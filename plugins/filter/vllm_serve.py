@@ -199,7 +199,7 @@ def vllm_serve_image_tag(
     from provision.image.spec import DEFAULT_OS, DEFAULT_SOC, Target
 
     try:
-        name = str(stack or lock.default_stack_name())
+        name = lock.resolve_stack(stack).name
         return Target(name, os_variant=os_variant or DEFAULT_OS, soc=soc or DEFAULT_SOC, arch=arch).tag
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_serve: {exc}") from exc

@@ -17,44 +17,14 @@ from provision.ascend.hardware import model_for_pci_id
 from provision.ascend.npu_smi import ParseError, dcmi_error_code, parse_npu_smi_info
 from provision.ascend.pci import ascend_devices, ascend_model, parse_lspci
 from provision.ascend.versions import parse_ascend_install_info, parse_key_equals
+from provision.scripts import node_script
 
 MARK = "@@@provision "
 SECTION_FUNCTION = f"sec() {{ printf '\\n%s%s\\n' '{MARK}' \"$1\"; }}"
 """The shell function every probe script prints its sections with (``sec LABEL``)."""
 
 # Positional arguments after the script: the paths whose free space to report.
-PROBE_SCRIPT = (
-    SECTION_FUNCTION
-    + r"""
-sec pci
-if command -v lspci >/dev/null 2>&1; then
-  lspci -n -d 19e5: 2>&1
-else
-  for d in /sys/bus/pci/devices/*; do
-    [ -r "$d/vendor" ] || continue
-    [ "$(cat "$d/vendor")" = 0x19e5 ] || continue
-    slot=${d##*/}; cls=$(cut -c3-6 "$d/class"); dev=$(cat "$d/device")
-    rev=$(cat "$d/revision" 2>/dev/null || echo 0x00)
-    printf '%s %s: 19e5:%s (rev %s)\n' "${slot#0000:}" "$cls" "${dev#0x}" "${rev#0x}"
-  done
-fi
-smi=$(command -v npu-smi 2>/dev/null)
-for p in /usr/local/bin/npu-smi /usr/local/sbin/npu-smi; do [ -z "$smi" ] && [ -x "$p" ] && smi=$p; done
-if [ -n "$smi" ]; then
-  sec "npu-smi $smi"; "$smi" info 2>&1; rc=$?; sec "npu-smi-rc"; echo "$rc"
-fi
-A=/usr/local/Ascend
-for f in $A/driver/version.info $A/firmware/version.info /etc/ascend_install.info; do
-  [ -r "$f" ] && { sec "file $f"; cat "$f"; }
-done
-sec df
-for p in "$@"; do
-  q=$p; while [ ! -e "$q" ]; do q=$(dirname "$q"); done
-  printf '%s ' "$p"; df -Pk "$q" | tail -n 1
-done
-exit 0
-"""
-).strip()
+PROBE_SCRIPT = node_script("ascend_probe.sh")
 
 
 def sections(text: str) -> list[tuple[str, str]]:

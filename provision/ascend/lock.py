@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -92,6 +93,48 @@ def default_stack_name() -> str:
 
 def default_stack() -> dict[str, Any]:
     return stack(default_stack_name())
+
+
+STACK_VARIABLE = "provision_stack"
+"""The inventory variable naming a host's stack of the lock."""
+
+
+@dataclass(frozen=True)
+class HostStack:
+    """The stack a host runs and the versions the lock pins for it."""
+
+    name: str
+    chosen: bool
+    """Named by the host's ``provision_stack``; False: the lock's default."""
+    versions: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """The lock's entry (driver, firmware, hdk, cann, nnal, vllm, base_images ...); empty when ``name`` is
+    not in the lock."""
+
+    @property
+    def known(self) -> bool:
+        return bool(self.versions)
+
+    def expected(self, key: str) -> str | None:
+        """The lock's ``key`` (``driver``, ``cann`` ...) as text; None for an unknown stack or key."""
+        value = self.versions.get(key)
+        return None if value is None else str(value)
+
+
+def resolve_stack(name: object) -> HostStack:
+    """The one rule for "which stack": ``name`` (a host's ``provision_stack``) when given, else the lock's
+    default. Empty and unrendered (``{{ ... }}``) values are not given: validation leaves templates to the
+    play, and the roles' filters receive them rendered."""
+    given = str(name) if name else ""
+    if "{{" in given:
+        given = ""
+    chosen = given or default_stack_name()
+    entry = stack(chosen) if chosen in load_lock()["stacks"] else {}
+    return HostStack(chosen, bool(given), MappingProxyType(entry))
+
+
+def host_stack(variables: Mapping[str, Any]) -> HostStack:
+    """The stack a host's inventory variables select (:func:`resolve_stack` of ``provision_stack``)."""
+    return resolve_stack(variables.get(STACK_VARIABLE))
 
 
 def base_image(name: str, line: str, os_variant: str) -> str:

@@ -36,7 +36,6 @@ from provision.inventory.schema import HOST_GROUP
 
 NO_NPU_GROUP = "nodes_without_npu"
 """Bootstrapped hosts that show no Ascend NPU: kept out of ``npu_nodes`` (preflight would fail them)."""
-FACTS_VARIABLE = "bootstrap_facts"
 BEGIN = "# BEGIN provision bootstrap"
 END = "# END provision bootstrap"
 BLOCK_NOTE = "# (rewritten by every `provision bootstrap`; variables outside this block are yours)"
@@ -294,8 +293,35 @@ def host_vars_file(inventory: Path, host: str) -> Path:
     return folder / f"{host}.yml"
 
 
+class _InertDumper(yaml.SafeDumper):
+    """YAML whose every string is tagged ``!unsafe``: Ansible reads such a value as data and never templates
+    it, so what a node reported (its OS name, hostname, NIC names ...) cannot run code on the controller."""
+
+    def represent_mapping(self, tag: str, mapping: Any, flow_style: Any = None) -> yaml.MappingNode:
+        # Keys stay plain (Ansible never templates a key); only values carry the tag.
+        node = super().represent_mapping(tag, mapping, flow_style)
+        for key_node, _ in node.value:
+            if key_node.tag == "!unsafe":
+                key_node.tag = "tag:yaml.org,2002:str"
+        return node
+
+
+def _inert_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    return dumper.represent_scalar("!unsafe", value)
+
+
+_InertDumper.add_representer(str, _inert_str)
+
+
 def render_block(variables: Mapping[str, Any]) -> str:
-    body = yaml.safe_dump(dict(variables), sort_keys=False, default_flow_style=False, allow_unicode=True)
+    body = yaml.dump(
+        dict(variables),
+        Dumper=_InertDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1 << 16,  # one line a value: a folded one reads as a different block to a human
+    )
     return f"{BEGIN}\n{BLOCK_NOTE}\n{body}{END}\n"
 
 

@@ -26,6 +26,7 @@ from provision.bootstrap.discover import DISCOVERY_SCRIPT, parse_discovery
 from provision.bootstrap.errors import BootstrapError, HostKeyChanged, StepFailed, Unreachable
 from provision.bootstrap.hostkeys import PublicKey, TrustPolicy, Verdict
 from provision.bootstrap.ssh import Result, Session, Target, login, open_transport
+from provision.scripts import node_script
 
 CHANGE = "@@@change "
 RELOAD_GRACE_S = 15.0
@@ -33,75 +34,13 @@ RELOAD_GRACE_S = 15.0
 Report = Callable[[str, str], None]
 """``report(host, what is happening)``: live progress."""
 
-PACKAGES_SCRIPT = r"""
-exec </dev/null
-missing=""
-for cmd in "$@"; do command -v "$cmd" >/dev/null 2>&1 || missing="$missing $cmd"; done
-[ -n "$missing" ] || exit 0
-if command -v dnf >/dev/null 2>&1; then pm=dnf; dnf -y install $missing >&2 || exit 10
-elif command -v yum >/dev/null 2>&1; then pm=yum; yum -y install $missing >&2 || exit 10
-elif command -v apt-get >/dev/null 2>&1; then
-  pm=apt-get; export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >&2 || echo "apt-get update failed; trying with the package lists the node has" >&2
-  apt-get install -y -q --no-install-recommends $missing >&2 || exit 10
-else echo "no package manager (dnf, yum, apt-get) to install:$missing" >&2; exit 11
-fi
-for cmd in $missing; do
-  command -v "$cmd" >/dev/null 2>&1 || { echo "$cmd is still missing after '$pm install'" >&2; exit 12; }
-done
-echo "@@@change installed$missing ($pm)"
-"""
+PACKAGES_SCRIPT = node_script("bootstrap_packages.sh")
 
-USER_SCRIPT = r"""
-exec </dev/null
-u=$1
-id -u "$u" >/dev/null 2>&1 && exit 0
-shell=$(command -v bash 2>/dev/null || echo /bin/sh)
-# '*': no password, but not locked ('!'), which sshd without PAM would treat as "no login at all".
-useradd --create-home --shell "$shell" --comment "provision deploy user" --password '*' "$u" || exit 1
-echo "@@@change created user $u"
-"""
+USER_SCRIPT = node_script("bootstrap_user.sh")
 
-AUTHORIZED_KEY_SCRIPT = r"""
-exec </dev/null
-u=$1 key=$2 blob=$3
-home=$(getent passwd "$u" | cut -d: -f6); group=$(id -gn "$u")
-[ -n "$home" ] && [ -d "$home" ] || { echo "the home folder of $u does not exist" >&2; exit 1; }
-d=$home/.ssh f=$home/.ssh/authorized_keys
-[ -d "$d" ] || { install -d -m 700 -o "$u" -g "$group" "$d"; echo "@@@change created $d"; }
-[ -f "$f" ] || install -m 600 -o "$u" -g "$group" /dev/null "$f"
-if ! grep -qF "$blob" "$f"; then
-  printf '%s\n' "$key" >> "$f"; echo "@@@change authorized the deploy key for $u"
-fi
-for p in "$d:700" "$f:600"; do
-  path=${p%:*} mode=${p##*:}
-  [ "$(stat -c '%a %U' "$path")" = "$mode $u" ] && continue
-  chown "$u:$group" "$path"; chmod "$mode" "$path"; echo "@@@change fixed owner/mode of $path"
-done
-if command -v restorecon >/dev/null 2>&1; then restorecon -R "$d" 2>/dev/null || true; fi
-"""
+AUTHORIZED_KEY_SCRIPT = node_script("bootstrap_authorized_key.sh")
 
-SUDOERS_SCRIPT = r"""
-exec </dev/null
-f=$1 content=$2
-command -v visudo >/dev/null 2>&1 || { echo "visudo not found: is sudo installed?" >&2; exit 1; }
-if [ -f "$f" ] && printf '%s\n' "$content" | cmp -s - "$f"; then exit 0; fi
-tmp=$(mktemp /etc/sudoers.d/.provision.XXXXXX) || exit 1    # names with a dot are not read by sudo
-printf '%s\n' "$content" > "$tmp"
-if ! visudo -cf "$tmp" >/dev/null 2>&1; then visudo -cf "$tmp" >&2; rm -f "$tmp"; exit 1; fi
-chmod 0440 "$tmp"; chown root:root "$tmp"
-[ -f "$f" ] && cp -p "$f" "$tmp.old"
-mv -f "$tmp" "$f"
-if ! visudo -c >/dev/null 2>&1; then
-  visudo -c >&2
-  if [ -f "$tmp.old" ]; then mv -f "$tmp.old" "$f"; else rm -f "$f"; fi
-  exit 1
-fi
-rm -f "$tmp.old"
-grep -Eqs '^[#@]includedir[[:space:]]+/etc/sudoers.d' /etc/sudoers ||
-  echo "warning: /etc/sudoers does not include /etc/sudoers.d" >&2
-echo "@@@change passwordless sudo for the deploy user ($f)"
-"""
+SUDOERS_SCRIPT = node_script("bootstrap_sudoers.sh")
 
 HARDEN_BEGIN = "# BEGIN provision bootstrap: hardening (first value wins in sshd_config)"
 HARDEN_END = "# END provision bootstrap"
@@ -109,37 +48,9 @@ HARDEN_SETTINGS = ("PermitRootLogin no", "PasswordAuthentication no", "KbdIntera
 
 # The block goes first in sshd_config: sshd keeps the first value it reads for each keyword, so it wins over
 # later lines and over drop-ins included further down.
-HARDEN_SCRIPT = r"""
-exec </dev/null
-reload_sshd() {
-  systemctl reload sshd 2>/dev/null || systemctl reload ssh 2>/dev/null || kill -HUP "$(cat /run/sshd.pid)"
-}
-cfg=/etc/ssh/sshd_config begin=$1 end=$2 block=$3
-[ -f "$cfg" ] || { echo "$cfg not found" >&2; exit 1; }
-n=$(printf '%s\n' "$block" | wc -l)
-if [ "$(head -n "$n" "$cfg")" = "$block" ]; then exit 0; fi
-cp -p "$cfg" "$cfg.provision-bak"
-{ printf '%s\n' "$block"
-  awk -v b="$begin" -v e="$end" '$0==b{skip=1;next} skip&&$0==e{skip=0;next} !skip' "$cfg.provision-bak"
-} > "$cfg.provision-new"
-chmod --reference="$cfg.provision-bak" "$cfg.provision-new"
-sshd=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
-if ! "$sshd" -t -f "$cfg.provision-new"; then rm -f "$cfg.provision-new"; exit 1; fi
-mv -f "$cfg.provision-new" "$cfg"
-reload_sshd || exit 1
-echo "@@@change hardened sshd: no root login, no password login"
-"""
+HARDEN_SCRIPT = node_script("bootstrap_harden.sh")
 
-UNHARDEN_SCRIPT = r"""
-exec </dev/null
-reload_sshd() {
-  systemctl reload sshd 2>/dev/null || systemctl reload ssh 2>/dev/null || kill -HUP "$(cat /run/sshd.pid)"
-}
-cfg=/etc/ssh/sshd_config
-[ -f "$cfg.provision-bak" ] || exit 1
-cp -p "$cfg.provision-bak" "$cfg"
-systemctl reload sshd 2>/dev/null || systemctl reload ssh 2>/dev/null || kill -HUP "$(cat /run/sshd.pid)"
-"""
+UNHARDEN_SCRIPT = node_script("bootstrap_unharden.sh")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from rich.table import Table
 from rich.text import Text
 
 from provision.bootstrap.inventory import (
-    FACTS_VARIABLE,
     HostEntry,
     IniText,
     host_vars_file,
@@ -36,6 +35,8 @@ from provision.bootstrap.node import HostResult, Options, Report, bootstrap_host
 from provision.bootstrap.ssh import Target, parse_target
 from provision.errors import InputError, ProvisionError
 from provision.inventory.load import load_inventory
+from provision.inventory.rules import interpreter_problem
+from provision.inventory.schema import FACTS_VARIABLE
 
 
 def bootstrap_all(
@@ -120,6 +121,8 @@ class InventoryUpdate:
     changes: dict[str, list[str]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     """What `provision validate` says about the written inventory (empty: fine)."""
+    refused: list[str] = field(default_factory=list)
+    """What a node reported that was not written, and why (a value that is no plain path)."""
 
 
 def connection_vars(result: HostResult, options: Options) -> dict[str, str]:
@@ -133,9 +136,22 @@ def connection_vars(result: HostResult, options: Options) -> dict[str, str]:
     out["ansible_become"] = "true"
     out["ansible_ssh_private_key_file"] = str(options.deploy_key.path)
     python = ((result.facts or {}).get("python") or {}).get("path")
-    if python:
+    if python and interpreter_problem(python) is None:
         out["ansible_python_interpreter"] = str(python)
     return out
+
+
+def refused_interpreter(result: HostResult) -> str | None:
+    """Why the python3 path the node reported is not written to the inventory, or None: Ansible templates
+    the interpreter on the controller before every task, so only a plain absolute path may go there."""
+    python = ((result.facts or {}).get("python") or {}).get("path")
+    problem = interpreter_problem(python) if python else None
+    if problem is None:
+        return None
+    return (
+        f"{result.target.name}: ansible_python_interpreter not written: the node reported python3 at "
+        f"{python!r}: it {problem}"
+    )
 
 
 def write_inventory(
@@ -198,6 +214,7 @@ def write_inventory(
     from provision.inventory.validate import format_issues, validate
 
     update.problems = format_issues(validate(loaded), inventory.parent.resolve())
+    update.refused = [found for found in map(refused_interpreter, done) if found is not None]
     update.changes = {name: [f"inventory: {note}" for note in notes] for name, notes in changes.items()}
     return update
 

@@ -168,8 +168,8 @@ def plan(inventory: Inventory, *, os_names: Mapping[str, str] | None = None, arc
 
 
 def node_needs(host: str, host_vars: Mapping[str, Any], flavour: str, arch: str) -> NodeNeeds:
-    stack = str(plain(host_vars.get("provision_stack")) or lock.default_stack_name())
-    locked = lock.stack(stack)
+    chosen = lock.host_stack(host_vars)
+    stack, locked = chosen.name, dict(chosen.versions)
     node = NodeNeeds(host=host, os=flavour, arch=arch, stack=stack)
     node.needs += _os_repos(host_vars, flavour, arch)
     node.needs += _run_files(host_vars, locked, arch)

@@ -179,11 +179,15 @@ def bootstrap(
         out.line(f"{inventory}: written, but `provision validate` reports:")
         for problem in update.problems:
             out.line(f"  {problem}")
+    if update.refused:
+        out.line(f"{inventory}: what the nodes reported that was not written:")
+        for refused in update.refused:
+            out.line(f"  {refused}")
     out.line(
         f"{len(results)} host(s): {len(changed)} changed, {unchanged} unchanged, {len(failed)} failed"
         f"{' (' + ', '.join(failed) + ')' if failed else ''}; inventory: {inventory}"
     )
-    if failed or update.problems:
+    if failed or update.problems or update.refused:
         raise typer.Exit(1)
 
 

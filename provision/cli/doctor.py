@@ -166,14 +166,13 @@ def _expected(inventory: Inventory, host: str) -> Expected:
         value = variables.get(name)
         return str(value) if value not in (None, "") and "{{" not in str(value) else None
 
-    stack_name = given("provision_stack") or lock.default_stack_name()
-    stack = lock.stack(stack_name) if stack_name in lock.stack_names() else {}
+    stack = lock.host_stack(variables)
     count = given("ascend_npu_count")
     return Expected(
-        driver=given("ascend_driver_version") or stack.get("driver"),
-        firmware=given("ascend_driver_firmware_version") or stack.get("firmware"),
-        cann=given("cann_version") or stack.get("cann"),
-        nnal=given("cann_nnal_version") or stack.get("nnal"),
+        driver=given("ascend_driver_version") or stack.expected("driver"),
+        firmware=given("ascend_driver_firmware_version") or stack.expected("firmware"),
+        cann=given("cann_version") or stack.expected("cann"),
+        nnal=given("cann_nnal_version") or stack.expected("nnal"),
         npu_count=int(count) if count and count.isdigit() else None,
     )
 

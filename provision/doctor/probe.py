@@ -24,10 +24,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from provision.ascend import hccn_gate
-from provision.ascend.facts import MARK, PROBE_SCRIPT, SECTION_FUNCTION, facts_from_probe, sections
+from provision.ascend.facts import MARK, PROBE_SCRIPT, facts_from_probe, sections
 from provision.ascend.npu_smi import ParseError
 from provision.ascend.versions import parse_cann_install_info
 from provision.runner.record import FACT_DIR, RECORD_PATH
+from provision.scripts import node_script
 from provision.systemd import parse_show, parse_show_units
 
 DISK_PATHS = ("/", "/usr/local", "/var", "/var/lib/docker", "/tmp")
@@ -52,54 +53,18 @@ PLOG_DIR = "/root/ascend/log/debug/plog"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 # Positional arguments: the number of journal lines. Read-only; each part tolerates a missing tool.
-DOCTOR_SCRIPT = (
-    SECTION_FUNCTION
-    + rf"""
-n=${{1:-{JOURNAL_LINES}}}
-sec os; cat /etc/os-release 2>/dev/null
-sec uname; uname -srm
-sec devnodes; for d in /dev/davinci* /dev/devmm_svm /dev/hisi_hdc; do [ -e "$d" ] && echo "$d"; done
-for f in /usr/local/Ascend/cann-*/*-linux/ascend_toolkit_install.info \
-         /usr/local/Ascend/ascend-toolkit/*/*-linux/ascend_toolkit_install.info; do
-  case $f in */latest/*) continue ;; esac
-  [ -r "$f" ] && {{ sec "toolkit $f"; cat "$f"; }}
-done
-for f in {FACT_DIR}/*.fact; do [ -r "$f" ] && {{ b=${{f##*/}}; sec "fact ${{b%.fact}}"; cat "$f"; }}; done
-[ -r {RECORD_PATH} ] && {{ sec record; cat {RECORD_PATH}; }}
-[ -r /etc/docker/daemon.json ] && {{ sec daemon.json; cat /etc/docker/daemon.json; }}
-units=$( {{ ls /etc/systemd/system/vllm-*.service 2>/dev/null | sed 's|.*/||'
-          systemctl list-units --all --plain --no-legend --no-pager 'vllm-*.service' 2>/dev/null \
-            | awk '{{print $1}}'; }} | sort -u)
-sec units; echo $units
-if command -v systemctl >/dev/null 2>&1; then
-  sec show; systemctl show {" ".join(f"-p {p}" for p in UNIT_PROPERTIES)} docker.service $units 2>&1
-fi
-for u in docker.service $units; do
-  sec "journal $u"; SYSTEMD_COLORS=0 journalctl -u "$u" -n "$n" --no-pager -o cat 2>&1
-done
-if command -v docker >/dev/null 2>&1 && systemctl is-active --quiet docker.service 2>/dev/null; then
-  sec containers
-  timeout 10 docker ps -a --no-trunc --format '{{{{.ID}}}} {{{{.Names}}}} {{{{.Status}}}}' 2>&1
-fi
-command -v dkms >/dev/null 2>&1 && {{ sec dkms; dkms status 2>&1; }}
-if [ -d {DKMS_TREE} ]; then
-  sec dkms-tree; find {DKMS_TREE} -mindepth 2 -maxdepth 2 -type d 2>/dev/null | sort
-  [ -r {DKMS_TREE}/1.0/build/make.log ] && {{ sec dkms-make.log; tail -n 20 {DKMS_TREE}/1.0/build/make.log; }}
-fi
-p=$(ls -t {PLOG_DIR}/*.log 2>/dev/null | head -n 1)
-[ -n "$p" ] && {{ sec "plog $p"; tail -n "$n" "$p"; }}
-exit 0
-"""
-).strip()
+DOCTOR_SCRIPT = node_script(
+    "doctor_probe.sh",
+    JOURNAL_LINES=str(JOURNAL_LINES),
+    FACT_DIR=FACT_DIR,
+    RECORD_PATH=RECORD_PATH,
+    UNIT_PROPERTIES=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
+    DKMS_TREE=DKMS_TREE,
+    PLOG_DIR=PLOG_DIR,
+)
 
 # Second command, only when npu-smi lists processes: which unit each one belongs to.
-HOLDERS_SCRIPT = (
-    SECTION_FUNCTION
-    + r"""
-for pid in "$@"; do [ -r "/proc/$pid/cgroup" ] && { sec "cgroup $pid"; cat "/proc/$pid/cgroup"; }; done
-exit 0
-"""
-).strip()
+HOLDERS_SCRIPT = node_script("doctor_holders.sh")
 
 
 def probe_command(devices: Sequence[int], *, journal_lines: int = JOURNAL_LINES) -> str:

@@ -152,7 +152,7 @@ def default_target(
     repository: str = DEFAULT_REPOSITORY,
 ) -> Target:
     return Target(
-        stack=stack or lock.default_stack_name(),
+        stack=lock.resolve_stack(stack).name,
         os_variant=os_variant,
         soc=soc,
         arch=arch,

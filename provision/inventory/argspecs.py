@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from provision.inventory import rules
 from provision.inventory.files import YAML_LOADER
 from provision.inventory.load import plain
 from provision.paths import ansible_root
@@ -62,7 +63,9 @@ def problems(name: str, value: Any) -> list[Problem]:
     value = plain(value)
     key = (name, repr(value))
     if key not in _checked:
-        _checked[key] = _problems(name, spec, value)
+        found = _problems(name, spec, value)
+        # Argument specs type numbers but bound none: the rules' ranges (finite, a port, a timeout) on top.
+        _checked[key] = found or rules.limit_problems(name, value)
     return _checked[key]
 
 
@@ -96,7 +99,18 @@ def _problems(name: str, spec: Mapping[str, Any], value: Any) -> list[Problem]:
                 if validator.validate({name: [item]}).error_messages:
                     out.append(((name, index), wanted))
         elif isinstance(error, ArgumentTypeError):
-            out.append(((name,), _TYPE_WORDS.get(str(spec.get("type", "str")), str(error))))
+            out.append(_type_problem(name, spec, value, str(error)))
         else:
             out.append(((name,), str(error)))
     return list(dict.fromkeys(out))
+
+
+def _type_problem(name: str, spec: Mapping[str, Any], value: Any, error: str) -> Problem:
+    """A type error at the variable, or at the suboption it names (``... found in 'vllm_serve_bench_gate'``):
+    Ansible says the suboption's type, not the variable's."""
+    options = spec.get("options") or {}
+    if isinstance(value, Mapping) and options:
+        for key, sub in options.items():
+            if key in value and f"'{key}'" in error:
+                return (name, str(key)), _TYPE_WORDS.get(str(sub.get("type", "str")), error)
+    return (name,), _TYPE_WORDS.get(str(spec.get("type", "str")), error)

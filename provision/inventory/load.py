@@ -17,6 +17,7 @@ from typing import Any
 from provision.errors import InputError
 from provision.inventory import files
 from provision.inventory.vault import HINT, Vault, decrypted
+from provision.paths import playbooks_dir
 
 # The [inventory] settings of provision's ansible.cfg (a source that does not parse is an error, not a warning
 # followed by an empty inventory; the plugins a run enables) -> Ansible's constant and its type. A load uses
@@ -197,6 +198,10 @@ def load_inventory(
         _collection_loader()
     loader = DataLoader()
     loader.set_vault_secrets(secrets)
+    # Ansible reads group_vars/ and host_vars/ beside the playbook too; the loader's base folder is where
+    # it looks for them. Left alone, that is the current folder, which a run of the collection's playbooks
+    # never reads: the playbooks' own folder is what ansible-playbook (and so apply) reads.
+    loader.set_basedir(str(playbooks_dir()))
     source = sources[0]
     with _inventory_settings(), _captured_parse_failures() as failures:
         try:

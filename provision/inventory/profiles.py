@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from provision.errors import InputError
+from provision.inventory import rules
 from provision.inventory.load import plain
 from provision.inventory.schema import NpuPool, ServingProfile
 from provision.paths import data_dir
@@ -52,6 +53,9 @@ def all_profiles(user: Mapping[str, Any] | None = None) -> dict[str, ServingProf
     one of the same name). Raises :class:`ProfileError` naming the first profile that does not parse."""
     profiles = shipped_profiles()
     for name, raw in (user or {}).items():
+        problem = rules.name_problem("profile", name)
+        if problem is not None:
+            raise ProfileError(f"vllm_serve_profiles.{name!r}: {problem}")
         if isinstance(raw, ServingProfile):
             profiles[str(name)] = raw
             continue
@@ -90,6 +94,9 @@ def check_fits(profile: ServingProfile, pool: NpuPool, name: str = "") -> None:
 def profile_env(profile: ServingProfile, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The environment the inventory asks for an instance of ``profile``: the profile's ``env``, then
     ``extra`` (``vllm_serve_env``), as strings (booleans as ``true``/``false``)."""
+    problems = rules.env_problems(dict(extra or {}), owner="vllm_serve_env")
+    if problems:
+        raise ProfileError("; ".join(f"vllm_serve_env.{path[-1]}: {why}" for path, why in problems))
     env = {key: _env_value(value) for key, value in profile.env.items()}
     env.update({str(key): _env_value(value) for key, value in (extra or {}).items()})
     return env

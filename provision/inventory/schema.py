@@ -27,8 +27,18 @@ from pydantic import (
     field_validator,
 )
 
+from provision.inventory.rules import (
+    WEEK_S,
+    control_problem,
+    env_problems,
+    interpreter_problem,
+    name_problem,
+)
+
 HOST_GROUP = "npu_nodes"
 """Every NPU server is in this group; the playbooks target it."""
+FACTS_VARIABLE = "bootstrap_facts"
+"""What ``provision bootstrap`` discovered on a node (host_vars): data from the node, never a template."""
 
 OWNED_PREFIXES = (
     "provision_",
@@ -45,8 +55,6 @@ GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DRIVER_VERSION = re.compile(r"^\d+\.\d+(\.[0-9A-Za-z]+){0,3}$")  # 25.0.rc1.1, 25.5.1, 24.1.rc1
 FIRMWARE_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.\d+){0,2}$")  # 7.7.0.1.231
 CANN_VERSION = re.compile(r"^\d+\.\d+\.(\d+|RC\d+|rc\d+)(\.[0-9A-Za-z]+)?$")  # 9.1.0, 8.2.RC1, 8.3.RC2
-POOL_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 SHA256 = re.compile(r"^[0-9A-Fa-f]{64}$")
 # An OpenPGP v4 fingerprint: 40 hex digits, optionally in gpg --fingerprint's groups of four.
 FINGERPRINT = re.compile(r"^[0-9A-Fa-f]{4}( {0,2}[0-9A-Fa-f]{4}){9}$")
@@ -65,7 +73,8 @@ def _url(value: str) -> str:
 
 def _pattern(regex: re.Pattern[str], example: str) -> AfterValidator:
     def check(value: str) -> str:
-        if not regex.match(value):
+        # fullmatch: a pattern ending in $ alone lets a trailing newline through
+        if not regex.fullmatch(value):
             raise ValueError(f"must look like {example}")
         return value
 
@@ -101,13 +110,35 @@ Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _plain_text(value: str) -> str:
+    problem = control_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _name(kind: str) -> AfterValidator:
+    def check(value: str) -> str:
+        problem = name_problem(kind, value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
+
+PlainText = Annotated[str, AfterValidator(_plain_text)]
+"""A string that is written into a unit, env, args or shell file: no control characters."""
+Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
 
 
 class NpuPool(_Strict):
     """A named set of NPUs on one node, served by one engine instance on one port."""
 
-    name: Annotated[str, _pattern(POOL_NAME, "chat or deepseek-r1 (lower case, digits, '-')")]
+    name: Annotated[str, _name("pool")]
     devices: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
     port: Port
     profile: str | None = None
@@ -153,12 +184,6 @@ FLAG_ALIASES = {
     "-ep": "--enable-expert-parallel",
     "-q": "--quantization",
 }
-# Environment variables a profile may not set, and what sets them instead.
-RESERVED_ENV: dict[str, str] = {
-    "ASCEND_RT_VISIBLE_DEVICES": "the pool's devices (npu_pools_list)",
-    "ASCEND_VISIBLE_DEVICES": "the pool's devices (npu_pools_list)",
-    "VLLM_API_KEY": "vllm_serve_api_key (put it in ansible-vault)",
-}
 
 
 def _flag_of(arg: str) -> str | None:
@@ -181,11 +206,11 @@ class ServingProfile(_Strict):
     against the pool (TP x DP x PP = NPUs) are in :mod:`provision.inventory.validate`.
     """
 
-    description: str | None = None
-    model: Annotated[str, Field(min_length=1)]
+    description: PlainText | None = None
+    model: Annotated[PlainText, Field(min_length=1)]
     model_url: Url | None = None
     model_sha256: Annotated[str, _pattern(SHA256, "64 hex digits (sha256sum's first column)")] | None = None
-    served_model_name: str | None = None
+    served_model_name: Annotated[str, _name("served_model_name")] | None = None
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
     data_parallel_size: Annotated[int, Field(ge=1)] = 1
     pipeline_parallel_size: Annotated[int, Field(ge=1)] = 1
@@ -207,10 +232,10 @@ class ServingProfile(_Strict):
     additional_config: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str | int | float] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
-    load_budget_s: Annotated[float, Field(gt=0)] | None = None
+    load_budget_s: Seconds | None = None
     # Not a vLLM flag: the p99 time-to-first-token the monitoring role alerts above (default
     # monitoring_ttft_slo_ms).
-    ttft_slo_ms: Annotated[float, Field(gt=0)] | None = None
+    ttft_slo_ms: Annotated[float, Field(gt=0, le=WEEK_S * 1000)] | None = None
 
     @field_validator("model_url")
     @classmethod
@@ -281,9 +306,9 @@ class ServingProfile(_Strict):
     @field_validator("env")
     @classmethod
     def _env_not_reserved(cls, value: dict[str, str | int | float]) -> dict[str, str | int | float]:
-        taken = [f"{key} (set by {RESERVED_ENV[key]})" for key in value if key in RESERVED_ENV]
-        if taken:
-            raise ValueError(f"may not set {', '.join(taken)}")
+        problems = env_problems(value, owner="a profile's env")
+        if problems:
+            raise ValueError("; ".join(f"{path[-1]}: {why}" for path, why in problems))
         return value
 
     @field_validator("extra_args")
@@ -292,8 +317,9 @@ class ServingProfile(_Strict):
         by_flag = {flag: name for name, flag in PROFILE_FLAGS.items()}
         problems = []
         for arg in value:
-            if "\n" in arg or "\x00" in arg:
-                problems.append(f"{arg!r} holds a line break")
+            problem = control_problem(arg)
+            if problem is not None:
+                problems.append(f"{arg!r} {problem}")
                 continue
             flag = _flag_of(arg)
             if flag in by_flag:
@@ -307,7 +333,6 @@ class ServingProfile(_Strict):
 
 # Ansible's connection_loader.find_plugin never finds these: 'smart' means ssh.
 _CONNECTION_ALIASES = {"smart"}
-_INTERPRETER_AUTO = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
 
 
 def _text(value: Any) -> Any:
@@ -322,10 +347,9 @@ def _no_space(value: str) -> str:
 
 
 def _interpreter(value: str) -> str:
-    if not value.startswith("/") and value not in _INTERPRETER_AUTO:
-        raise ValueError(
-            f"must be an absolute path (/usr/bin/python3) or one of {', '.join(_INTERPRETER_AUTO)}"
-        )
+    problem = interpreter_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
@@ -366,7 +390,7 @@ def _connection_plugin_exists(name: str) -> bool:
 class HostSettings(BaseModel):
     """The inventory variables provision reads, as one host sees them after group/host merging."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     provision_stack: str | None = None
     provision_allow_unlocked_versions: AnsibleBool = False

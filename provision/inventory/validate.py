@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from provision.ascend import lock
 from provision.errors import InputError
-from provision.inventory import argspecs, files
+from provision.inventory import argspecs, files, rules
 from provision.inventory.budget import short_overrides
 from provision.inventory.groups import HostView, grouping_problems, inventory_view
 from provision.inventory.load import Inventory, Origin, load_inventory, origin_of, plain
 from provision.inventory.profiles import fit_problem, shipped_profiles
 from provision.inventory.schema import (
-    ENV_NAME,
+    FACTS_VARIABLE,
     GROUP_NAME,
     HOST_GROUP,
     LOCKED_VERSIONS,
@@ -262,6 +262,8 @@ def _origin_at(root: Mapping[str, Any], path: Path_) -> Origin | None:
 def _dotted(path: Path_) -> str:
     out = ""
     for part in path:
+        if isinstance(part, str) and rules.control_problem(part) is not None:
+            part = repr(part)  # a key with a line break must not break the message's line
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -272,7 +274,7 @@ def _dotted(path: Path_) -> str:
 def _check_groups(inventory: Inventory, report: _Report) -> None:
     source = Origin(str(inventory.source.resolve()))
     for name in inventory.groups:
-        if not GROUP_NAME.match(name):
+        if not GROUP_NAME.fullmatch(name):
             report.add(
                 f"group {name}",
                 "group name",
@@ -338,9 +340,29 @@ def _check_host(
 ) -> None:
     prefixes, known = _known_variables()
     owned: dict[str, Any] = {}
+    templated: dict[str, Any] = {}  # ours, computed at run time: the roles check the result
+
+    def refuse(path: Path_, root: Mapping[str, Any], message: str) -> None:
+        origin = _origin_at(root, path)
+        value = _walk(root, path)
+        report.add(_scope_for(host, origin, scopes), _dotted(path), value, message, origin)
+
     for name, value in variables.items():
+        problem = rules.lookalike_problem(name)
+        if problem is not None:
+            refuse((name,), variables, problem)
+            continue
+        if name == FACTS_VARIABLE:
+            # Discovered on the node: data, never a template (bootstrap writes it !unsafe).
+            for path in rules.templates_in(value, (name,)):
+                refuse(path, variables, _DISCOVERED_TEMPLATE)
+            continue
         if name.startswith("ansible_"):
-            if name in _connection_variables() and not _templated(value):
+            # The interpreter is templated on the controller before every task: a template there is code
+            # run on the controller, so even a templated value is checked (and refused).
+            if name == "ansible_python_interpreter" or (
+                name in _connection_variables() and not _templated(value)
+            ):
                 owned[name] = value
             continue
         ours = name.startswith(prefixes)
@@ -357,8 +379,17 @@ def _check_host(
             hint = f"did you mean {close[0]!r}?" if close else "not a variable provision knows"
             report.add(_scope_for(host, origin, scopes), name, value, f"unknown variable; {hint}", origin)
             continue
-        if not _templated(value):  # values computed at run time are checked by the roles
-            owned[name] = value
+        (templated if _templated(value) else owned)[name] = value
+
+    # Every value of ours reaches a file, a command line or a template on the node: no control character,
+    # whether it is written plainly or is a template (its text stays in the result).
+    for root in (owned, templated):
+        for name in [n for n in root if n not in _OWN_RULES]:
+            found = rules.control_problems(root[name], (name,))
+            for path, message in found:
+                refuse(path, root, message)
+            if found:
+                _drop(root, name, [path for path, _ in found])
 
     def add(path: Path_, value: Any, message: str) -> None:
         origin = _origin_at(owned, path)
@@ -371,8 +402,9 @@ def _check_host(
             return None
         return _scope_for(host, _origin_at(owned, path), scopes)
 
-    # The roles' argument specs type every variable a role reads, as Ansible will when the role starts; what
-    # fails there is left out of the schema's checks (one message per mistake).
+    # The roles' argument specs type every variable a role reads, as Ansible will when the role starts, and
+    # the rules bound its numbers; what fails there is left out of the schema's checks (one message per
+    # mistake).
     for name in [n for n in owned if n in argspecs.role_options()]:
         found = argspecs.problems(name, owned[name])
         for path, message in found:
@@ -380,11 +412,67 @@ def _check_host(
         if found:
             del owned[name]
 
+    _check_rules(owned, add)
     settings = _typed_settings(owned, add)
     _check_pools(settings, add, scope_at)
     _check_profiles(settings, add)
     _check_budgets(settings, owned, add)
     _check_versions(settings, owned, add)
+
+
+def _drop(root: dict[str, Any], name: str, paths: list[Path_]) -> None:
+    """Leave out what a problem was reported for: the entries of a mapping (a profile), else the variable
+    (a list's items cannot go without moving the indices later messages name)."""
+    value = root[name]
+    if isinstance(value, Mapping) and all(len(path) > 1 for path in paths):
+        bad = {str(path[1]) for path in paths}
+        root[name] = {k: v for k, v in value.items() if str(k) not in bad}
+    else:
+        del root[name]
+
+
+_DISCOVERED_TEMPLATE = (
+    "a value discovered on the node holds a template, which Ansible would run on the controller; "
+    "rerun provision bootstrap (it writes discovered values !unsafe) or remove it"
+)
+
+
+_OWN_RULES = ("vllm_serve_env", "vllm_serve_container_args")
+"""Variables whose rule checks control characters itself, next to its other checks."""
+
+
+def _check_rules(owned: dict[str, Any], add: AddFn) -> None:
+    """The rules (:mod:`provision.inventory.rules`) on values that reach the engine's files and command
+    line: environment keys and values, container arguments, profile names. A variable with a problem is
+    left out of the schema's checks."""
+    checks: dict[str, Callable[[Any], list[tuple[Path_, str]]]] = {
+        "vllm_serve_env": lambda value: rules.env_problems(
+            value, owner="vllm_serve_env", path=("vllm_serve_env",)
+        ),
+        "vllm_serve_container_args": lambda value: rules.container_args_problems(
+            value, ("vllm_serve_container_args",)
+        ),
+        "vllm_serve_profiles": _profile_name_problems,
+    }
+    for name, check in checks.items():
+        if name not in owned:
+            continue
+        found = check(plain(owned[name]))
+        for path, message in found:
+            add(path, _walk(owned, path), message)
+        if found:
+            _drop(owned, name, [path for path, _ in found])
+
+
+def _profile_name_problems(profiles: Any) -> list[tuple[Path_, str]]:
+    if not isinstance(profiles, Mapping):
+        return []  # the type check says it
+    out: list[tuple[Path_, str]] = []
+    for key in profiles:
+        problem = rules.name_problem("profile", key)
+        if problem is not None:
+            out.append((("vllm_serve_profiles", str(key)), problem))
+    return out
 
 
 def _typed_settings(owned: Mapping[str, Any], add: AddFn) -> HostSettings:
@@ -508,9 +596,6 @@ def _check_profiles(settings: HostSettings, add: AddFn) -> None:
                 "quantization 'ascend' needs msModelSlim-quantized weights: set weights_quantization "
                 "(w8a8, w4a8, w4a4, w8a8-dynamic)",
             )
-        for key in profile.env:
-            if not ENV_NAME.match(key):
-                add((*base, "env", key), key, "environment names are upper case letters, digits and '_'")
     for i, pool in enumerate(settings.npu_pools_list):
         wanted = profiles.get(pool.profile) if pool.profile else None
         if wanted is not None and wanted.nodes > 1 and wanted.distributed_executor_backend == "ray":
@@ -643,14 +728,15 @@ def _pool_groupable(host: str, item: Any, view: Mapping[str, Any]) -> bool:
 
 
 def _check_versions(settings: HostSettings, owned: Mapping[str, Any], add: AddFn) -> None:
-    names = lock.stack_names()
-    stack_name = settings.provision_stack or lock.default_stack_name()
-    if stack_name not in names:
+    stack = lock.resolve_stack(settings.provision_stack)
+    stack_name = stack.name
+    if not stack.known:
+        names = lock.stack_names()
         add(("provision_stack",), stack_name, f"not in the version lock; known: {', '.join(names)}")
         return
     if settings.provision_allow_unlocked_versions:
         return
-    pinned = lock.stack(stack_name)
+    pinned = stack.versions
     for variable, key in LOCKED_VERSIONS.items():
         value = getattr(settings, variable)
         if value is None or str(value) == str(pinned[key]):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provision.errors import InputError
+from provision.inventory.rules import container_args_problems
 
 NPU_DEVICE = "/dev/davinci{}"
 MANAGER_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
@@ -51,22 +52,6 @@ DRIVER_MOUNTS = (
 DEVICE_MODES = ("runtime", "device")
 SECRET_ENV = ("VLLM_API_KEY",)
 """Passed by name even when unset (then docker leaves it out): adding a key later changes no argument."""
-REFUSED_ARGS = {
-    "--privileged": "the pool's NPUs are given one by one (FACTS.md §4: never --privileged)",
-    "--name": "the role names the container vllm-<pool>",
-    "--rm": "set by the role",
-    "--detach": "the unit runs the container in the foreground",
-    "-d": "the unit runs the container in the foreground",
-    "--restart": "systemd restarts the unit (Restart=on-failure)",
-    "--device": "the pool's devices come from the pool",
-    "--runtime": "set vllm_serve_container_devices instead",
-    "--env-file": "the environment comes from the profile and vllm_serve_env",
-    "--net": "the engine listens on the node's network (--net=host)",
-    "--network": "the engine listens on the node's network (--net=host)",
-    "--health-start-period": "set from the profile's load_budget_s (raise that instead)",
-    "--no-healthcheck": "the health start period follows the profile's load_budget_s",
-}
-
 OUR_ENTRYPOINT = "/opt/provision/entrypoint.sh"
 """Our image's entrypoint (``Dockerfile``): it serves the vLLM arguments given after the image."""
 API_SERVER_COMMAND = ("python3", "-m", "vllm.entrypoints.openai.api_server")
@@ -117,14 +102,12 @@ class ContainerSettings:
             )
         for volume in self.volumes:
             volume_spec(volume)
-        problems = [
-            f"{arg}: {why}"
-            for arg in self.extra_args
-            for flag, why in REFUSED_ARGS.items()
-            if arg == flag or arg.startswith(flag + "=")
-        ]
+        problems = container_args_problems(list(self.extra_args))
         if problems:
-            raise InputError("vllm_serve_container_args: " + "; ".join(problems))
+            raise InputError(
+                "vllm_serve_container_args: "
+                + "; ".join(f"[{path[0]}] {why}" if path else why for path, why in problems)
+            )
 
 
 def container_name(pool: str) -> str:

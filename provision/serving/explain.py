@@ -200,7 +200,7 @@ def _image_tag(var: Any) -> str:
     from provision.ascend import lock
     from provision.image.spec import DEFAULT_OS, DEFAULT_SOC, Target
 
-    stack = str(var("provision_stack") or lock.default_stack_name())
+    stack = lock.resolve_stack(var(lock.STACK_VARIABLE)).name
     os_variant = str(var("vllm_serve_image_os") or DEFAULT_OS)
     soc = str(var("vllm_serve_image_soc") or DEFAULT_SOC)
     return Target(stack, os_variant=os_variant, soc=soc, arch=DEFAULT_ARCH).tag

@@ -35,6 +35,7 @@ from provision.inventory.profiles import (
     check_fits,
     profile_env,
 )
+from provision.inventory.rules import control_problem, name_problem
 from provision.inventory.schema import PROFILE_FLAGS, NpuPool, ServingProfile
 
 # The OpenAI-compatible server, started as a module: works for vllm (``vllm serve`` is the same server)
@@ -251,8 +252,9 @@ def args_file(argv: Iterable[str]) -> str:
     """The args file the role writes: one argument per line (read back by the launcher, no shell)."""
     lines = []
     for arg in argv:
-        if "\n" in arg or "\r" in arg or "\x00" in arg:
-            raise ProfileError(f"argument {arg!r} holds a line break: not representable in the args file")
+        problem = control_problem(arg)
+        if problem is not None:
+            raise ProfileError(f"argument {arg!r} {problem}")
         lines.append(arg)
     return "\n".join(lines) + "\n"
 
@@ -262,8 +264,9 @@ def env_file(env: Mapping[str, str]) -> str:
     and dollars escaped (systemd's parser unescapes exactly these inside double quotes)."""
     lines = []
     for key, value in sorted(env.items()):
-        if "\n" in value or "\x00" in value:
-            raise ProfileError(f"environment variable {key}: value holds a line break")
+        problem = name_problem("env", key) or control_problem(value)
+        if problem is not None:
+            raise ProfileError(f"environment variable {key!r}: {problem}")
         escaped = "".join(f"\\{char}" if char in '"\\`$' else char for char in value)
         lines.append(f'{key}="{escaped}"')
     return "\n".join(lines) + ("\n" if lines else "")

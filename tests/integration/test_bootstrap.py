@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import socket
 import subprocess
 import sys
@@ -330,6 +331,16 @@ def test_each_failure_has_its_own_message_and_the_others_succeed(
     recorded = new_key_pair("root@node4").public_line.split()
     (folder / "known_hosts").write_text(f"{ip['node4']} {recorded[0]} {recorded[1]}\n")
     before = (folder / "known_hosts").read_text()
+    # node1 is hostile: what it reports about itself carries a template that would run on the controller.
+    pwned = tmp_path / "pwned-by-node1"
+    planted = f"{{{{ lookup('pipe', 'touch {pwned}') }}}}"
+    sh(
+        cluster,
+        "node1",
+        "grep -v '^PRETTY_NAME=' /etc/os-release > /tmp/os-release && "
+        f"printf 'PRETTY_NAME=\"%s\"\\n' {shlex.quote(planted)} >> /tmp/os-release && "
+        "rm -f /etc/os-release && mv /tmp/os-release /etc/os-release",
+    )
     nobody = cluster.subnet.node_ip(150)
     hosts = tmp_path / "hosts.txt"
     hosts.write_text(
@@ -379,3 +390,19 @@ def test_each_failure_has_its_own_message_and_the_others_succeed(
     assert ip["node4"] not in (folder / "known_hosts").read_text()[len(before) :]
     assert sh(cluster, "node2", "id provision >/dev/null 2>&1 || echo absent").strip() == "absent"
     assert_no_secret(result.stdout, result.stderr, folders=(tmp_path,))
+
+    # node1's report is data: stored verbatim and inert, and a real Ansible run reading it runs nothing.
+    loaded = load_inventory(inventory)
+    assert loaded.hosts["node1"]["bootstrap_facts"]["os"]["pretty_name"] == planted
+    assert not validate(loaded)
+    ansible = [str(Path(sys.executable).parent / "ansible"), "node1", "-i", str(inventory), "-c", "local"]
+    read = subprocess.run(
+        [*ansible, "-m", "ansible.builtin.debug", "-a", "var=bootstrap_facts.os.pretty_name"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert read.returncode == 0, read.stdout + read.stderr
+    assert planted in read.stdout
+    assert not pwned.exists()

@@ -39,6 +39,8 @@ def test_wheel_contains_ansible_content(wheel: Path) -> None:
         f"{COLLECTION}/plugins/filter/vllm_serve.py",
         f"{COLLECTION}/examples/inventory.ini",
         "provision/data/versions.yml",
+        "provision/scripts/ascend_probe.sh",
+        "provision/scripts/record_observe.py",
         "provision/_image/Dockerfile",
     ):
         assert required in names, required

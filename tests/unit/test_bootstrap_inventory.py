@@ -213,6 +213,13 @@ ascend_npu_count: 7   # one card is out for repair
 """
 
 
+class _AnsibleTags(yaml.SafeLoader):
+    """Reads Ansible's ``!unsafe`` (what bootstrap tags every discovered string with) as the plain string."""
+
+
+_AnsibleTags.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+
+
 def test_block_is_appended_and_replaced_without_touching_the_rest() -> None:
     once = replace_block(USER_HOST_VARS, {"bootstrap_facts": {"arch": "aarch64"}})
     assert once.startswith(USER_HOST_VARS)
@@ -221,7 +228,7 @@ def test_block_is_appended_and_replaced_without_touching_the_rest() -> None:
     assert twice == once
     changed = replace_block(once + "extra: 1\n", {"bootstrap_facts": {"arch": "x86_64"}})
     assert changed.startswith(USER_HOST_VARS) and changed.endswith("extra: 1\n")
-    data = yaml.safe_load(changed)
+    data = yaml.load(changed, Loader=_AnsibleTags)
     assert data == {"rack_unit": 12, "ascend_npu_count": 7, "bootstrap_facts": {"arch": "x86_64"}, "extra": 1}
     assert user_keys(changed) == {"rack_unit", "ascend_npu_count", "extra"}
     assert replace_block("", {"a": 1}).startswith(f"---\n{BEGIN}\n")

@@ -105,3 +105,51 @@ def test_the_layer_scan_sees_an_import_from_above(tmp_path: Path) -> None:
         "provision.runner.run",
         "provision.serving",
     ]
+
+
+# The lock's default stack is read here only: every other module asks provision.ascend.lock.resolve_stack or
+# host_stack, so "which stack does this host run" has one answer. `provision version` lists the lock itself
+# (its default included), not a host's stack.
+STACK_DEFAULT_READERS = {"provision/ascend/lock.py", "provision/cli/version.py"}
+
+
+def stack_default_reads(path: Path) -> list[int]:
+    """The lines of ``path`` that read the lock's default stack (``default_stack_name()``/``default_stack()``,
+    or ``load_lock()["default"]``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            if name in ("default_stack_name", "default_stack"):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call):
+            called = getattr(node.value.func, "attr", None) or getattr(node.value.func, "id", None)
+            key = node.slice.value if isinstance(node.slice, ast.Constant) else None
+            if called == "load_lock" and key == "default":
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_stack_a_host_runs_is_resolved_in_the_lock_alone() -> None:
+    sources = [p for folder in PRODUCT for p in sorted(folder.rglob("*.py"))]
+    offenders = {
+        str(path.relative_to(ROOT)): stack_default_reads(path)
+        for path in sources
+        if str(path.relative_to(ROOT)) not in STACK_DEFAULT_READERS
+    }
+    assert {path: lines for path, lines in offenders.items() if lines} == {}
+    # the scan sees the lock's own definition
+    assert stack_default_reads(ROOT / "provision" / "ascend" / "lock.py")
+
+
+def test_the_stack_scan_sees_a_second_resolution(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text(
+        "from provision.ascend import lock\nfrom provision.ascend.lock import default_stack, load_lock\n"
+        "name = stack or lock.default_stack_name()\n"
+        "entry = default_stack()\n"
+        "other = load_lock()['default']\n"
+        "fine = lock.resolve_stack(stack).name\n"
+    )
+    assert stack_default_reads(sample) == [3, 4, 5]

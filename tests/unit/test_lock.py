@@ -153,6 +153,29 @@ def test_version_stacks_lists_every_entry_and_marks_the_default(
     assert rows[0]["hdk"] == ["25.0.X", "25.2.X", "25.3.X", "25.5.X"]
 
 
+@pytest.mark.parametrize("given", [None, "", "{{ stack_of_the_week }}"])
+def test_a_host_naming_no_stack_runs_the_locks_default(given: str | None) -> None:
+    chosen = lock.host_stack({"provision_stack": given} if given is not None else {})
+    assert (chosen.name, chosen.chosen, chosen.known) == ("0.23.0", False, True)
+    assert chosen.expected("cann") == lock.stack("0.23.0")["cann"]
+    assert chosen.expected("driver") == lock.stack("0.23.0")["driver"]
+
+
+def test_a_host_naming_a_stack_runs_that_entry_with_its_pinned_versions() -> None:
+    chosen = lock.host_stack({"provision_stack": "0.13.0", "cann_version": "9.1.0"})
+    assert (chosen.name, chosen.chosen) == ("0.13.0", True)
+    assert chosen.expected("cann") == "8.5.0"  # the lock's pin; the override is the caller's to apply
+    assert list(chosen.versions["hdk"]) == ["25.0.X", "25.2.X", "25.3.X", "25.5.X"]
+
+
+def test_a_stack_outside_the_lock_is_named_with_no_versions() -> None:
+    chosen = lock.resolve_stack("0.99.0")
+    assert (chosen.name, chosen.chosen, chosen.known) == ("0.99.0", True, False)
+    assert chosen.expected("driver") is None
+    with pytest.raises(TypeError):
+        chosen.versions["driver"] = "1"  # type: ignore[index]
+
+
 # ------------------------------------------------------------------------------ sha256 of the vendor files
 
 

@@ -167,7 +167,7 @@ def test_templated_values_stay_unchecked(
         {
             "inventory.ini": GOOD_INI,
             "group_vars/npu_nodes.yml": "ascend_driver_reboot: \"{{ lookup('env', 'REBOOT') }}\"\n"
-            "ansible_port: '{{ site_port }}'\nansible_python_interpreter: '{{ site_python }}'\n",
+            "ansible_port: '{{ site_port }}'\n",
         },
     )
     accepted(tmp_path, monkeypatch, capsys)
