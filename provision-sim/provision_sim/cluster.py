@@ -294,7 +294,7 @@ class Cluster:
         """The local mirror's HTTP server on the bridge address, and its URLs for the roles."""
         served = repos.start_server(self.dir, self.controller_netns_path, self.controller_ip, root)
         self.group_vars_path.parent.mkdir(exist_ok=True)
-        self.group_vars_path.write_text(repos.group_vars(served.url))
+        self.group_vars_path.write_text(repos.group_vars(served.url, root))
 
     def _create_nodes(self) -> None:
         """Keys, known_hosts, node layers and mounts, supervisors, inventory."""

@@ -267,15 +267,15 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
     needs = []
     for name, why, version, variable in wanted:
         pins = plain(host_vars.get(variable)) or {}
-        sha = str(pins[name]).lower() if isinstance(pins, Mapping) and name in pins else None
+        pin = lock.file_pin(name, pins if isinstance(pins, Mapping) else None, variable)
         needs.append(
             Need(
                 f"ascend/{name}",
                 "run-file",
                 version,
                 why,
-                sha,
-                variable if sha else "",
+                pin.sha256,
+                pin.source if pin.sha256 else "",
                 one_of=alternatives.get(name, ""),
             )
         )
