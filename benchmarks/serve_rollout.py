@@ -53,6 +53,7 @@ from provision_sim.serving.setup import engine_binds, smollm2_profile
 PORT = 8000
 READY_PORT = 8099  # vllm_serve_ready_port's default
 POOL = {"name": "smol", "devices": [0], "port": PORT, "profile": "smollm2-cpu"}
+API_KEY = "rollout-bench-key"  # engines beyond loopback need one (docs/security.md, Listeners)
 # The balancer's checks, and the role's waits that follow them.
 INTER_S, FALL, RISE = 1.0, 2, 2
 LB_VARS = {
@@ -97,9 +98,8 @@ class Client(threading.Thread):
         body = json.dumps({"model": "smollm2", "prompt": "Hello", "max_tokens": 4, "temperature": 0}).encode()
         while not self.stop.is_set() and len(self.log) < 5000:
             url = self.urls[len(self.log) % len(self.urls)]
-            request = urllib.request.Request(
-                f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-            )
+            headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+            request = urllib.request.Request(f"{url}/v1/completions", data=body, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=15) as response:
                     ok = response.status == 200
@@ -161,7 +161,7 @@ def control_plane(inventory: Path, lb: HAProxy, workers: int, lb_pause: float) -
     """One Ansible task's seconds on node1: engines idle, paced load, back-to-back load (through HAProxy)."""
     out: dict[str, Any] = {"idle": task_seconds(inventory, "node1")}
     for name, pause in (("paced", lb_pause), ("back_to_back", 0.0)):
-        with Load(lb.url, workers=workers, pause_s=pause) as load:
+        with Load(lb.url, workers=workers, pause_s=pause, api_key=API_KEY) as load:
             time.sleep(5)
             out[name] = task_seconds(inventory, "node1")
         out[f"{name}_load"] = load.summary()
@@ -183,7 +183,7 @@ def upgrade(
     lb.wait_up([node.name for node in cluster.nodes])
     client = Client(urls, pause)
     client.start()
-    with Load(lb.url, workers=workers, pause_s=lb_pause) as load:
+    with Load(lb.url, workers=workers, pause_s=lb_pause, api_key=API_KEY) as load:
         rc, seconds, output = provision(inventory, "upgrade", runs)
     client.stop.set()
     client.join(30)
@@ -229,6 +229,7 @@ def main() -> int:
                 "vllm_serve_mode": "service",  # the engine from its venv, as measured in docs/serving.md
                 "vllm_serve_venv": str(engine.engine_venv()),
                 "vllm_serve_profiles": {"smollm2-cpu": profile()},
+                "vllm_serve_api_key": API_KEY,  # the engines listen on the nodes' addresses
                 **LB_VARS,
             }
             (Path(folder) / "group_vars" / "npu_nodes.yml").write_text(yaml.safe_dump(base))

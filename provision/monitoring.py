@@ -25,7 +25,7 @@ from provision.inventory.groups import serving_groups_of
 from provision.inventory.load import host_var
 from provision.inventory.profiles import all_profiles
 from provision.inventory.schema import NpuPool
-from provision.serving.profiles import instances
+from provision.serving.plan import pool_plans
 
 EXPORTER_JOB = "npu-exporter"
 ENGINE_JOB = "vllm"
@@ -68,7 +68,7 @@ def _engines(hosts: Iterable[str], hostvars: Any) -> list[tuple[Target, float | 
         pools = host_var(hostvars, host, "npu_pools_list", []) or []
         profiles = host_var(hostvars, host, "vllm_serve_profiles", {}) or {}
         known = all_profiles(profiles)
-        for inst in instances(pools, profiles):
+        for inst in pool_plans(pools, profiles):
             if inst.nodes > 1 and (inst.pool, host) not in heads:
                 continue
             labels = {

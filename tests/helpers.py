@@ -342,6 +342,11 @@ node2 ansible_host=192.0.2.12
 """
 
 VALIDATE_INI = "[npu_nodes]\nnode1 ansible_host=192.0.2.11\n"
+# The engines of these inventories listen on node1's address, which needs an API key (or an explicit
+# opt-out): every inventory that serves carries one, as a careful operator's does (the rule itself:
+# tests/unit/test_listeners.py).
+TEST_API_KEY = "unit-test-key"
+API_KEY_VARS = f"vllm_serve_api_key: {TEST_API_KEY}\n"
 
 
 def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
@@ -381,6 +386,7 @@ def validate(tmp_path: Path, group_vars: str, monkeypatch: pytest.MonkeyPatch) -
     (dedented YAML); returns the exit code."""
     (tmp_path / "group_vars").mkdir(exist_ok=True)
     (tmp_path / "group_vars" / "npu_nodes.yml").write_text(textwrap.dedent(group_vars))
+    (tmp_path / "group_vars" / "all.yml").write_text(API_KEY_VARS)
     (tmp_path / "inventory.ini").write_text(VALIDATE_INI)
     return run_cli(["validate", str(tmp_path / "inventory.ini")], monkeypatch)
 
@@ -426,6 +432,38 @@ def sample_segments(name: str, *, skip_missing: bool = False) -> list[str]:
         if text.strip():
             out.append(text + "\n")
     return out
+
+
+@dataclass(frozen=True)
+class FaultLog:
+    """One block of tests/fixtures/samples/ascend_fault_logs.txt: verbatim log lines of one public source."""
+
+    failure: str
+    source: str
+    lines: tuple[str, ...]
+
+
+def fault_logs(name: str = "ascend_fault_logs.txt") -> list[FaultLog]:
+    """The blocks of a fault-log sample: ``# === <failure id> ===``, ``# SOURCE: <url>``, then the lines."""
+    blocks: list[FaultLog] = []
+    failure = source = None
+    lines: list[str] = []
+
+    def close() -> None:
+        if failure and source and any(line.strip() for line in lines):
+            blocks.append(FaultLog(failure, source, tuple(line for line in lines if line.strip())))
+
+    for line in (SAMPLES / name).read_text(encoding="utf-8").splitlines():
+        head = re.match(r"^# === (\S+) ===$", line)
+        if head:
+            close()
+            failure, source, lines = head.group(1), None, []
+        elif line.startswith("# SOURCE: "):
+            source = line.removeprefix("# SOURCE: ").strip()
+        elif not line.startswith("#"):
+            lines.append(line)
+    close()
+    return blocks
 
 
 def sample_captures(name: str) -> dict[str, str]:

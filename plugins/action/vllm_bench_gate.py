@@ -25,7 +25,7 @@ from provision.bench.client import Target, Unreachable
 from provision.bench.datasets import DEFAULT_FIXED_PROMPT, fixed_requests
 from provision.bench.run import Workload, run_one
 from provision.errors import InputError
-from provision.serving.profiles import Instance, instances
+from provision.serving.plan import PoolPlan, pool_plans
 
 SPEC: dict[str, dict[str, Any]] = {
     "baseline": {"type": "path", "required": True},
@@ -134,11 +134,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         result["failed"] = not passed
         return result
 
-    def _instances(self, args: Mapping[str, Any], var: Any) -> list[Instance]:
+    def _instances(self, args: Mapping[str, Any], var: Any) -> list[PoolPlan]:
         """The node's single-node instances of ``pools`` (all by default); multi-node groups are not
         benchmarked."""
         try:
-            found = instances(var("npu_pools_list") or [], var("vllm_serve_profiles") or {})
+            found = pool_plans(var("npu_pools_list") or [], var("vllm_serve_profiles") or {})
         except (InputError, ValueError) as exc:
             raise AnsibleActionFail(f"cannot work out the node's vLLM instances: {exc}") from exc
         wanted = args.get("pools")

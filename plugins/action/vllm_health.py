@@ -23,7 +23,7 @@ from provision.inventory.schema import HOST_GROUP
 from provision.serving import health
 from provision.serving.health import Endpoint, Timeouts, Verdict
 from provision.serving.multinode import group_dict, host_ranks
-from provision.serving.profiles import Instance, instances
+from provision.serving.plan import PoolPlan, pool_plans
 from provision.systemd import UnitWatch, describe_unit
 
 _ARGS: dict[str, type | tuple[type, ...]] = {
@@ -71,7 +71,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             return self._templar.template(task_vars[name])
 
         try:
-            found = instances(var("npu_pools_list") or [], var("vllm_serve_profiles") or {})
+            found = pool_plans(var("npu_pools_list") or [], var("vllm_serve_profiles") or {})
         except (InputError, ValueError) as exc:
             raise AnsibleActionFail(f"cannot work out the node's vLLM instances: {exc}") from exc
         wanted = args.get("pools")
@@ -137,7 +137,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         return args
 
     def _places(
-        self, found: list[Instance], task_vars: Mapping[str, Any], var: Callable[[str, Any], Any]
+        self, found: list[PoolPlan], task_vars: Mapping[str, Any], var: Callable[[str, Any], Any]
     ) -> dict[str, Mapping[str, Any]]:
         """This node's place in the multi-node serving groups of ``found`` (pool -> head or worker): the
         HCCN gate's ``hccn_gate_ranks`` when this run has them, else worked out from the inventory as the
@@ -156,7 +156,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             raise AnsibleActionFail(f"cannot work out the multi-node serving groups: {exc}") from exc
         return host_ranks([group_dict(g) for g in groups], me)
 
-    def _worker(self, inst: Instance, place: Mapping[str, Any], api_key: str | None) -> dict[str, Any]:
+    def _worker(self, inst: PoolPlan, place: Mapping[str, Any], api_key: str | None) -> dict[str, Any]:
         """A headless worker serves no API: its row names its head (whose gate answers for the group) and
         the unit's state, without probing."""
         unit = UnitWatch(self._execute, inst.unit, every_s=0.0, track_pid=False)
@@ -191,7 +191,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
 
     def _gate(
         self,
-        inst: Instance,
+        inst: PoolPlan,
         host: str,
         api_key: str | None,
         args: Mapping[str, Any],

@@ -4,6 +4,8 @@ Parsing is :mod:`provision.ascend`'s (one parser per vendor format); this file o
 plain data for Ansible and decides, as pure functions that unit tests cover, what a node needs:
 
 * ``ascend_locked_version('driver', provision_stack)`` — a version of the lock (provision/data/versions.yml).
+* ``ascend_file_checksum(file, pins, variable, mirror)`` — what a download of a vendor file is checked
+  against: the inventory's pin, the lock's, else the mirror's ``sha256sums.txt``.
 * ``ascend_npu_smi_board(stdout)`` — ``npu-smi info -t board -i N`` as a dict (loaded driver, flashed
   firmware).
 * ``ascend_install_result(stdout, rc, component)`` — an installer run: success, errors, the documented fix.
@@ -51,6 +53,27 @@ def ascend_locked_version(key: str, stack: str | None = None) -> str:
     if key not in chosen.versions:
         raise ValueError(f"the version lock has no {key!r} for stack {name}")
     return str(chosen.versions[key])
+
+
+def ascend_file_checksum(
+    file: str, pins: Mapping[str, Any] | None, variable: str, mirror: str
+) -> dict[str, Any]:
+    """``get_url``'s ``checksum`` for vendor ``file`` and where it comes from: ``{checksum, source, pinned}``.
+
+    The inventory's pin (``pins``, named ``variable``) wins, then the version lock's; without either, the
+    ``sha256sums.txt`` of the folder ``mirror`` (which says only that the file is the one the mirror
+    meant to serve: the same server could change both).
+    """
+    from provision.ascend import lock
+
+    pin = lock.file_pin(str(file), pins or {}, variable)
+    if pin.sha256 is None:
+        return {
+            "checksum": f"sha256:{mirror.rstrip('/')}/sha256sums.txt",
+            "source": "from sha256sums.txt on the mirror",
+            "pinned": False,
+        }
+    return {"checksum": f"sha256:{pin.sha256}", "source": f"pinned in {pin.source}", "pinned": True}
 
 
 def ascend_stack_report(local: Mapping[str, Any] | None, stack: str | None = None) -> dict[str, Any]:
@@ -429,6 +452,7 @@ class FilterModule:
         return {
             "ascend_stack_report": ascend_stack_report,
             "ascend_locked_version": ascend_locked_version,
+            "ascend_file_checksum": ascend_file_checksum,
             "ascend_npu_smi_board": ascend_npu_smi_board,
             "ascend_install_result": ascend_install_result,
             "ascend_driver_files": ascend_driver_files,

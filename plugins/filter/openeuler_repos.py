@@ -5,6 +5,8 @@
 An empty list means a run of the role would change nothing, so the role ends there (one module run
 instead of five).
 Anything the probe cannot see for certain counts as a difference: the full role then runs as before.
+
+``openeuler_repos_key_fingerprints(text)`` reads a downloaded signing key, for the fingerprint pin.
 """
 
 from __future__ import annotations
@@ -96,6 +98,20 @@ def openeuler_repos_drift(text: str, expected: Mapping[str, Any]) -> list[str]:
     return drift
 
 
+def openeuler_repos_key_fingerprints(text: str) -> list[str]:
+    """The fingerprints of the primary keys in an armored key file (upper-case hex, as ``gpg
+    --fingerprint`` prints them without spaces); ``[]`` when the text is no OpenPGP public key."""
+    from provision.openpgp import key_fingerprints
+
+    try:
+        return key_fingerprints(str(text or ""))
+    except ValueError:
+        return []
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"openeuler_repos_drift": openeuler_repos_drift}
+        return {
+            "openeuler_repos_drift": openeuler_repos_drift,
+            "openeuler_repos_key_fingerprints": openeuler_repos_key_fingerprints,
+        }

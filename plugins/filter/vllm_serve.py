@@ -1,4 +1,4 @@
-"""Filters of the vllm_serve role: the instances of a node, from provision.serving.profiles (one copy)."""
+"""Filters of the vllm_serve role: the instances of a node, from the serving plan (provision.serving.plan)."""
 
 from __future__ import annotations
 
@@ -28,54 +28,54 @@ def vllm_serve_instances(
     headless_command: Sequence[str] | None = None,
     load_budget_s: float | None = None,
     mode: str = "container",
+    pool_files: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One dict per pool with a profile: pool, unit, port, model, served_model_name, nodes, args, env,
-    load_budget_s, budget_s and timeouts (every layer's deadline from the load budget: the profile's, else
-    ``load_budget_s``; ``mode`` container adds docker's health start period), plus ``argv`` (command +
-    args) and the bodies of its files: ``args_text`` (one argument per line) and ``env_text`` (an
-    EnvironmentFile that also records the pool file's checksum, so that a changed pool restarts the
-    instance).
+    """The node's serving plan (:func:`provision.serving.plan.pool_plans`), one dict per pool with a
+    profile: pool, unit, port, model, served_model_name, nodes, args, env, load_budget_s, budget_s and
+    timeouts (every layer's deadline from the load budget: the profile's, else ``load_budget_s``; ``mode``
+    container adds docker's health start period), ``command`` and ``argv`` (command + args), plus the
+    bodies of its files: ``args_text`` (one argument per line) and ``env_text`` (an EnvironmentFile that
+    also records the pool file's checksum, so that a changed pool restarts the instance). The checksums:
+    ``pool_files`` (the registered ``stat`` of each pool file, looped over the pools) or ``pool_checksums``
+    (pool -> sha1).
 
     Multi-node: ``ranks`` is ``hccn_gate_ranks``, this node's place in the serving groups that
     passed the HCCN gate (pool -> index, role, head_address, node_ip, ifname ...). ``multinode`` is that
     entry (None: not gated yet, or a single-node pool), ``start`` is ``single``, ``head`` or ``worker``;
     a worker runs ``headless_command`` (``vllm serve``: only the CLI honours ``--headless``)."""
-    from provision.serving.profiles import NodeRank, args_file, env_file, instances
+    from provision.serving.plan import pool_plans
 
-    checksums = pool_checksums or {}
-    gated = ranks or {}
+    checksums = dict(pool_checksums or {})
+    for result in pool_files or []:
+        checksums[str(result["item"]["name"])] = (result.get("stat") or {}).get("checksum") or ""
     try:
-        found = []
-        for pool in pools or []:
-            rank = gated.get(str(pool.get("name"))) if isinstance(pool, Mapping) else None
-            node_rank = NodeRank(int(rank["index"]), str(rank["head_address"])) if rank else None
-            for inst in instances(
-                [pool],
-                profiles or {},
-                host=bind_host,
-                extra_env=extra_env or {},
-                rank=node_rank,
-                node_ip=rank.get("node_ip") if rank else None,
-                ifname=rank.get("ifname") if rank else None,
-                default_budget_s=float(load_budget_s) if load_budget_s else None,
-                container=mode == "container",
-            ):
-                found.append((inst, dict(rank) if rank and inst.nodes > 1 else None))
-        out = []
-        for inst, multinode in found:
-            item = inst.as_dict()
-            item["multinode"] = multinode
-            item["start"] = str(multinode["role"]) if multinode else "single"
-            run = headless_command if item["start"] == "worker" and headless_command else command
-            item["argv"] = [*map(str, run), *inst.args]
-            item["args_text"] = args_file(item["argv"])
-            pool_sum = checksums.get(inst.pool) or "none"
-            about = f"# {inst.unit}: profile {inst.profile}; pool file sha1 {pool_sum}\n"
-            item["env_text"] = HEADER + about + env_file(inst.env)
-            out.append(item)
+        plans = pool_plans(
+            list(pools or []),
+            profiles or {},
+            host=bind_host,
+            extra_env=extra_env or {},
+            ranks=ranks or {},
+            default_budget_s=float(load_budget_s) if load_budget_s else None,
+            container=mode == "container",
+            command=[str(word) for word in command],
+            headless_command=headless_command,
+        )
+        return [_role_item(plan.as_dict(), checksums) for plan in plans]
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_serve: {exc}") from exc
-    return out
+
+
+def _role_item(item: dict[str, Any], checksums: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan's pool with the bodies of the files the role writes."""
+    from provision.serving.profiles import args_file, env_file
+
+    if item.get("container") is None:  # service mode, or not wrapped yet: vllm_serve_containerize adds it
+        item.pop("container", None)
+    item["args_text"] = args_file(item["argv"])
+    pool_sum = checksums.get(item["pool"]) or "none"
+    about = f"# {item['unit']}: profile {item['profile']}; pool file sha1 {pool_sum}\n"
+    item["env_text"] = HEADER + about + env_file(item["env"])
+    return item
 
 
 def vllm_serve_pending(
@@ -115,44 +115,62 @@ def vllm_serve_group_restart(instances: Sequence[Mapping[str, Any]], hostvars: A
 
 
 def vllm_serve_containerize(
-    instances: Sequence[Mapping[str, Any]], settings: Mapping[str, Any] | None
+    instances: Sequence[Mapping[str, Any]],
+    settings: Mapping[str, Any] | None,
+    path_stats: Sequence[Mapping[str, Any]] | None = None,
+    group: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Container mode: each instance's ``argv`` wrapped in ``docker run`` (``provision.serving.container``),
-    its ``args_text`` rewritten, and ``container`` (``vllm-<pool>``) added. ``settings["command"]``: what
-    the container runs before the vLLM arguments of an instance that has no command of its own (an API
-    server; a headless worker brings ``vllm serve``); empty: the image's entrypoint serves them. ``settings``
-    None or empty: the instances unchanged (service mode)."""
+    """Container mode: each instance's ``argv`` wrapped in ``docker run`` (:func:`provision.serving.plan.
+    contain`), its ``args_text`` rewritten, and ``container`` (``vllm-<pool>``) added.
+    ``settings["command"]``: what the container runs before the vLLM arguments of an instance that has no
+    command of its own (an API server; a headless worker brings ``vllm serve``); empty: the image's
+    entrypoint serves them. ``settings`` None or empty: the instances unchanged (service mode).
+
+    What the node said, as registered: ``path_stats`` (the ``stat`` of each device node and driver file,
+    :func:`vllm_serve_container_paths`; the driver files that exist are mounted) and ``group`` (the
+    ``getent`` result of the device group, whose gid the container joins)."""
     if not settings:
         return [dict(item) for item in instances]
-    from provision.serving.container import ContainerSettings, container_name, run_argv
+    from provision.serving.container import DRIVER_MOUNTS, container_name
+    from provision.serving.plan import contain, container_settings
     from provision.serving.profiles import args_file
 
+    given = dict(settings)
+    if path_stats is not None:
+        found = [str(result["item"]) for result in path_stats if (result.get("stat") or {}).get("exists")]
+        given["driver_mounts"] = [path for path in found if path in DRIVER_MOUNTS]
+    if group is not None:
+        given["group_add"] = _gid(group, str(settings.get("device_group") or ""))
     try:
-        options = ContainerSettings(
-            image=str(settings.get("image") or ""),
-            devices=str(settings.get("devices") or "runtime"),
-            engine=str(settings.get("engine") or "docker"),
-            shm_size=str(settings.get("shm_size") or "1g"),
-            volumes=[str(v) for v in settings.get("volumes") or []],
-            # sorted: the list comes through set-like filters, and the args file must not change order
-            driver_mounts=sorted({str(v) for v in settings.get("driver_mounts") or []}),
-            extra_args=[str(v) for v in settings.get("extra_args") or []],
-            group_add=[str(v) for v in settings.get("group_add") or []],
-        )
+        options = container_settings(given)
         out = []
         for item in instances:
             wrapped = dict(item)
-            # argv is the in-container command + vLLM arguments; args the vLLM arguments alone.
-            command = list(item["argv"])[: len(item["argv"]) - len(item["args"])] or [
-                str(word) for word in settings.get("command") or []
-            ]
-            wrapped["argv"] = run_argv(item, options, command)
+            wrapped["command"], wrapped["argv"] = contain(item, options, settings.get("command") or [])
             wrapped["args_text"] = args_file(wrapped["argv"])
             wrapped["container"] = container_name(str(item["pool"]))
             out.append(wrapped)
     except (InputError, ValueError) as exc:
         raise AnsibleFilterError(f"vllm_serve: {exc}") from exc
     return out
+
+
+def _gid(result: Mapping[str, Any], name: str) -> list[str]:
+    """The gid of group ``name`` from a registered ``getent`` (none: the node lacks the group)."""
+    entries = (result.get("ansible_facts") or {}).get("getent_group") or {}
+    entry = entries.get(name) or []
+    gid = entry[1] if len(entry) > 1 else None
+    return [str(gid)] if gid not in (None, "") else []
+
+
+def vllm_serve_ready_pools(instances: Sequence[Mapping[str, Any]], host: str) -> dict[str, str]:
+    """The readiness endpoint's pools: each instance that serves an API (not a headless worker) -> its
+    engine's ``/health`` on ``host`` (where the node reaches its engines)."""
+    return {
+        str(item["pool"]): f"http://{host}:{item['port']}/health"
+        for item in instances
+        if item.get("start") != "worker"
+    }
 
 
 def vllm_serve_image_command(setting: Any, inspected: Mapping[str, Any] | None = None) -> list[str]:
@@ -241,15 +259,33 @@ def vllm_serve_image_stack(
     return {"problems": found.problems, "checked": found.checked}
 
 
+def vllm_serve_open_engine(bind_host: Any, has_key: Any, allow_unauthenticated: Any = False) -> str:
+    """Why engines bound to ``bind_host`` are refused ('' when they are not): beyond loopback without an API
+    key, unless the inventory accepts the risk. ``provision validate`` applies the same rule
+    (provision.inventory.listen) to the values it can read before templating."""
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    from provision.inventory.listen import engine_problem
+
+    try:
+        allow = boolean(allow_unauthenticated, strict=True)
+    except TypeError as exc:
+        raise AnsibleFilterError(f"vllm_serve_allow_unauthenticated: {exc}") from None
+    problem = engine_problem(str(bind_host), boolean(has_key, strict=False), allow)
+    return problem or ""
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
+            "vllm_serve_open_engine": vllm_serve_open_engine,
             "vllm_serve_image_command": vllm_serve_image_command,
             "vllm_serve_image_stack": vllm_serve_image_stack,
             "vllm_serve_instances": vllm_serve_instances,
             "vllm_serve_pending": vllm_serve_pending,
             "vllm_serve_group_restart": vllm_serve_group_restart,
             "vllm_serve_containerize": vllm_serve_containerize,
+            "vllm_serve_ready_pools": vllm_serve_ready_pools,
             "vllm_serve_image_tag": vllm_serve_image_tag,
             "vllm_serve_container_paths": vllm_serve_container_paths,
             "vllm_serve_env_file": vllm_serve_env_file,

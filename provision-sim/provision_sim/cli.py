@@ -89,11 +89,12 @@ def up(
         name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status, binds=binds, model_list=model
     )
     if serve:
-        from provision_sim.serving.setup import serving_group_vars
+        from provision_sim.serving.setup import serving_group_vars, write_api_key
 
         cluster.group_vars_path.parent.mkdir(parents=True, exist_ok=True)
         with cluster.group_vars_path.open("a", encoding="utf-8") as handle:
             handle.write(serving_group_vars(cluster_dir=cluster.dir))
+        err.status(write_api_key(cluster.inventory_path))
     for node in cluster.nodes:
         out.line(f"{node.name:<8} {node.ip:<15} {node.flavour:<16} {node.model}")
     t = cluster.timings

@@ -294,7 +294,7 @@ class Cluster:
         """The local mirror's HTTP server on the bridge address, and its URLs for the roles."""
         served = repos.start_server(self.dir, self.controller_netns_path, self.controller_ip, root)
         self.group_vars_path.parent.mkdir(exist_ok=True)
-        self.group_vars_path.write_text(repos.group_vars(served.url))
+        self.group_vars_path.write_text(repos.group_vars(served.url, root))
 
     def _create_nodes(self) -> None:
         """Keys, known_hosts, node layers and mounts, supervisors, inventory."""
@@ -450,9 +450,13 @@ class Cluster:
         import yaml
 
         def group_vars(group: str) -> dict[str, Any]:
+            """``<group>.yml``, and the files of a ``<group>/`` folder (the API key of ``sim up --serve``)."""
             path = self.group_vars_path.with_name(f"{group}.yml")
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-            return values if isinstance(values, dict) else {}
+            out: dict[str, Any] = {}
+            for each in [path, *sorted(path.with_suffix("").glob("*.yml"))]:
+                values = yaml.safe_load(each.read_text(encoding="utf-8")) if each.is_file() else None
+                out.update(values if isinstance(values, dict) else {})
+            return out
 
         nodes_group: dict[str, Any] = {"hosts": {n.name: self._host_vars(n) for n in self.nodes}}
         if own := group_vars(GROUP):

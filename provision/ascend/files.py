@@ -98,3 +98,12 @@ def cann_files(
 def docker_runtime_file(version: str, arch: str = "aarch64") -> str:
     """The Ascend Docker Runtime installer (roles/container_runtime/vars/main.yml names it the same)."""
     return f"Ascend-docker-runtime_{version}_linux-{arch}.run"
+
+
+def pin_variable(name: str) -> str:
+    """The inventory variable that pins the sha256 of vendor file ``name`` (the role that installs it)."""
+    if name.startswith(("Ascend-cann", "Atlas-A3-cann")):
+        return "cann_checksums"
+    if name.startswith("Ascend-docker-runtime"):
+        return "container_runtime_checksums"
+    return "ascend_driver_checksums"

@@ -1,7 +1,9 @@
-"""The version lock (``provision/data/versions.yml``): known-good stack combinations."""
+"""The version lock (``provision/data/versions.yml``): known-good stack combinations, and the sha256 of
+the vendor files whose values are published."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -10,14 +12,67 @@ from typing import Any
 
 import yaml
 
+from provision.errors import InputError
 from provision.paths import data_dir
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @cache
 def load_lock() -> dict[str, Any]:
-    with (data_dir() / "versions.yml").open(encoding="utf-8") as fh:
+    path = data_dir() / "versions.yml"
+    with path.open(encoding="utf-8") as fh:
         data: dict[str, Any] = yaml.safe_load(fh)
+    _check_pins(data.get("sha256"), path.name)
     return data
+
+
+def _check_pins(pins: Any, where: str) -> None:
+    """A malformed pin would make every install of that file fail (or, worse, match nothing the vendor
+    ships): refused when the lock is read, naming the entry (every command reads the lock before it
+    touches a host)."""
+    if pins is None:
+        return
+    if not isinstance(pins, Mapping):
+        raise InputError(f"{where}: sha256: must be a mapping of vendor file name -> sha256")
+    for name, value in pins.items():
+        if not isinstance(name, str) or not name or "/" in name or name != name.strip():
+            raise InputError(f"{where}: sha256: {name!r}: not a file name (the vendor's, without a folder)")
+        if not isinstance(value, str) or not SHA256.match(value):
+            raise InputError(
+                f"{where}: sha256.{name} = {value!r}: must be 64 lower-case hex digits (sha256sum's first "
+                "column)"
+            )
+
+
+def sha256_pins() -> dict[str, str]:
+    """The lock's ``sha256`` table: vendor file name -> the sha256 its publisher gives."""
+    return dict(load_lock().get("sha256") or {})
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """What a download of one vendor file is checked against."""
+
+    sha256: str | None
+    """None: no pin, the mirror's ``sha256sums.txt`` (same origin as the file) is all there is."""
+    source: str
+    """Where the value comes from, as the refusal names it: the inventory variable or the lock."""
+
+
+LOCK_SOURCE = "the version lock, provision/data/versions.yml"
+
+
+def file_pin(name: str, pins: Mapping[str, Any] | None = None, variable: str = "") -> Pin:
+    """The sha256 a download of vendor file ``name`` must have: the inventory's ``variable`` (``pins``,
+    e.g. ``ascend_driver_checksums``) first (whoever writes the inventory decides, e.g. for a file the
+    vendor published again), then the lock's, else none."""
+    if pins and name in pins:
+        return Pin(str(pins[name]).lower(), variable)
+    locked = sha256_pins().get(name)
+    if locked is not None:
+        return Pin(locked, LOCK_SOURCE)
+    return Pin(None, "")
 
 
 def stack_names() -> list[str]:

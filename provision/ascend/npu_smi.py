@@ -35,6 +35,7 @@ from provision.errors import ProvisionError
 
 __all__ = [
     "DCMI_DEVICE_BUSY",
+    "HEALTH_SEVERITY",
     "POWER_KEYS",
     "BoardInfo",
     "ChipSection",
@@ -535,31 +536,61 @@ def _temp(kv: KeyValues) -> TempInfo | None:
     )
 
 
+HEALTH_SEVERITY: dict[str, int] = {"ok": 0, "warning": 1, "alarm": 2, "critical": 3, "unknown": 4}
+"""npu-smi's health words, mildest first (UNKNOWN: the chip is absent or not started)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HealthInfo:
-    """``npu-smi info -i N -c C -t health``. ``error_codes`` is empty when the tool prints NA."""
+    """``npu-smi info -t health -i N [-c C]``.
+
+    Two real layouts: with ``-c C`` one chip's ``Health Status`` / ``Error Code`` / ``Error Information``;
+    without ``-c`` (device level, the command operators are told to run) one section per chip holding
+    ``Chip ID`` and ``Health``, plus the MCU's. ``chips`` is ``((chip_id, health), ...)`` of the NPU chips
+    (the ``-c`` layout: one entry, its chip id None); ``status`` is the worst of them. ``error_codes`` is
+    empty when the tool prints NA or does not print them (device level).
+    """
 
     status: str
     error_codes: tuple[str, ...]
     error_information: str | None
     raw: KeyValues
+    npu_id: int | None = None
+    chips: tuple[tuple[int | None, str], ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.status.upper() == "OK"
+        return all(h.upper() == "OK" for _, h in self.chips) if self.chips else self.status.upper() == "OK"
 
 
 def parse_npu_smi_health(text: str) -> HealthInfo:
-    """Parse ``npu-smi info -t health``."""
+    """Parse ``npu-smi info -t health`` at chip level (``-c C``) or device level (every chip of ``-i N``)."""
     what = "npu-smi info -t health"
     kv = parse_npu_smi_key_values(text, what)
-    status = kv.require("Health Status", what)
-    codes = _opt_str(kv.get("Error Code"))
+    npu_id = _opt_int(kv.get("NPU ID"), "NPU ID")
+    status = kv.get("Health Status")
+    if status is not None:
+        codes = _opt_str(kv.get("Error Code"))
+        return HealthInfo(
+            status=status,
+            error_codes=tuple(c for c in re.split(r"[\s,]+", codes) if c) if codes else (),
+            error_information=_opt_str(kv.get("Error Information")),
+            raw=kv,
+            npu_id=npu_id,
+            chips=((None, status),),
+        )
+    chips = tuple(
+        (s.chip_id, s.raw.require("Health", what))
+        for s in parse_npu_smi_sections(text, what)
+        if s.is_npu_chip
+    )
+    if not chips:
+        raise ParseError(
+            f"expected '{what}' output with 'Health Status : ...' (-c C) or 'Chip ID' and 'Health' lines"
+        )
+    worst = max((h for _, h in chips), key=lambda h: HEALTH_SEVERITY.get(h.lower(), len(HEALTH_SEVERITY)))
     return HealthInfo(
-        status=status,
-        error_codes=tuple(c for c in re.split(r"[\s,]+", codes) if c) if codes else (),
-        error_information=_opt_str(kv.get("Error Information")),
-        raw=kv,
+        status=worst, error_codes=(), error_information=None, raw=kv, npu_id=npu_id, chips=chips
     )
 
 

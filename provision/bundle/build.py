@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from provision import __version__
+from provision.ascend import files as ascend_files
 from provision.bundle import closure, repos
 from provision.bundle import manifest as mf
 from provision.bundle.needs import Need, Plan, apt_file_wanted
@@ -270,12 +271,7 @@ def _pin_variable(need: Need) -> str:
         return "monitoring_npu_exporter_checksum"
     if need.kind == "weights":
         return "the profile's model_sha256"
-    name = Path(need.path).name
-    if name.startswith("Ascend-cann"):
-        return "cann_checksums"
-    if name.startswith("Ascend-docker-runtime"):
-        return "container_runtime_checksums"
-    return "ascend_driver_checksums"
+    return ascend_files.pin_variable(Path(need.path).name)
 
 
 def repo_tags(tar: Path) -> list[str]:

@@ -24,6 +24,7 @@ from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from provision import openpgp
 from provision.errors import EnvironmentProblem, InputError, ProvisionError
 
 FORMAT = "provision-bundle/1"
@@ -200,24 +201,34 @@ def sign(manifest: Path, key: str, home: Path | None = None) -> Path:
     return output
 
 
-def check_signature(data: bytes, signature: bytes, key: Path | None, where: str) -> str:
+def signer_pin(value: str) -> str | None:
+    """``--key``'s value as a fingerprint (upper case, no spaces, no ``0x``); None when it is not one
+    (then it names a public key file)."""
+    return openpgp.normalize_fingerprint(value)
+
+
+def check_signature(data: bytes, signature: bytes, key: str | None, where: str) -> str:
     """The fingerprint that made ``signature`` over ``data``; BundleRefused when it does not verify.
 
-    ``key``: a public key file (armored or binary) to check against, imported into a throw-away keyring;
-    without it the user's own keyring (``$GNUPGHOME``) decides.
+    ``key``: a FINGERPRINT the signer must have (its primary key's or the signing subkey's), checked with the
+    user's keyring (``$GNUPGHOME``); or a public key FILE (armored or binary), imported into a throw-away
+    keyring that holds nothing else; None: any key of the user's keyring.
     """
+    pin = signer_pin(key) if key is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / MANIFEST).write_bytes(data)
         (work / SIGNATURE).write_bytes(signature)
         home: Path | None = None
-        if key is not None:
-            if not key.is_file():
-                raise InputError(f"--key {key}: no such file")
+        if key is not None and pin is None:
+            if not Path(key).is_file():
+                raise InputError(
+                    f"--key {key}: neither a key fingerprint (40 hex digits, 64 for a v6 key) nor a file"
+                )
             home = work / "gnupg"
             home.mkdir(mode=0o700)
             imported = subprocess.run(
-                [*_gpg_argv(home), "--import", str(key)], capture_output=True, text=True, check=False
+                [*_gpg_argv(home), "--import", key], capture_output=True, text=True, check=False
             )
             if imported.returncode != 0:
                 raise InputError(f"--key {key}: not a GnuPG public key: {imported.stderr.strip()[-400:]}")
@@ -227,12 +238,22 @@ def check_signature(data: bytes, signature: bytes, key: Path | None, where: str)
             text=True,
             check=False,
         )
-    # gpg's machine-readable status lines (doc/DETAILS): VALIDSIG <fingerprint> ... for a good signature.
-    valid = [line.split()[2] for line in done.stdout.splitlines() if line.startswith("[GNUPG:] VALIDSIG ")]
+    # gpg's machine-readable status lines (doc/DETAILS): "VALIDSIG <signing key fpr> <date> <timestamp>
+    # <expires> <version> <reserved> <algo> <hash> <class> <primary key fpr>" for a good signature.
+    valid = [line.split()[2:] for line in done.stdout.splitlines() if line.startswith("[GNUPG:] VALIDSIG ")]
     if done.returncode != 0 or not valid:
-        reason = "no public key for it (give --key FILE)" if "NO_PUBKEY" in done.stdout else "bad signature"
+        reason = (
+            "no public key for it (import the signer's key, or give --key FILE)"
+            if "NO_PUBKEY" in done.stdout
+            else "bad signature"
+        )
         raise BundleRefused(f"{where}: {SIGNATURE} does not verify {MANIFEST}: {reason}")
-    return valid[0]
+    fields = valid[0]
+    signer = fields[0].upper()
+    primary = fields[9].upper() if len(fields) > 9 else signer
+    if pin is not None and pin not in (signer, primary):
+        raise BundleRefused(f"{where}: signed by {primary}, not by the pinned key {pin} (--key): refused")
+    return primary
 
 
 def copy_verified(source: Path, dest: Path, expected: str | None) -> str:

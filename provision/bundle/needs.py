@@ -32,12 +32,11 @@ from provision.ascend import files as ascend_files
 from provision.ascend import lock
 from provision.ascend.hardware import load_hardware
 from provision.errors import InputError
-from provision.image import spec as image_spec
 from provision.image.transfer import default_output
 from provision.inventory.load import Inventory, plain
-from provision.inventory.profiles import all_profiles
 from provision.inventory.roles import role_value
 from provision.inventory.schema import HOST_GROUP
+from provision.serving import plan as serving_plan
 
 # The flavours the roles support (preflight): name -> (os-release ID, VERSION_ID).
 FLAVOURS: dict[str, tuple[str, str]] = {
@@ -189,7 +188,7 @@ def node_needs(host: str, host_vars: Mapping[str, Any], flavour: str, arch: str)
             )
         )
     node.needs += _images(host_vars, stack, arch)
-    node.needs += _weights(host_vars)
+    node.needs += _weights(host, host_vars)
     return node
 
 
@@ -268,15 +267,15 @@ def _run_files(host_vars: Mapping[str, Any], locked: Mapping[str, Any], arch: st
     needs = []
     for name, why, version, variable in wanted:
         pins = plain(host_vars.get(variable)) or {}
-        sha = str(pins[name]).lower() if isinstance(pins, Mapping) and name in pins else None
+        pin = lock.file_pin(name, pins if isinstance(pins, Mapping) else None, variable)
         needs.append(
             Need(
                 f"ascend/{name}",
                 "run-file",
                 version,
                 why,
-                sha,
-                variable if sha else "",
+                pin.sha256,
+                pin.source if pin.sha256 else "",
                 one_of=alternatives.get(name, ""),
             )
         )
@@ -298,16 +297,9 @@ def _pools(host_vars: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def serving_image(host_vars: Mapping[str, Any], stack: str, arch: str) -> str:
-    """The image reference the serving role runs (``vllm_serve_image``, default: the lock's tag)."""
-    given = role_value(host_vars, "vllm_serve_image", "vllm_serve")
-    if given:
-        return str(given).strip()
-    repository = role_value(host_vars, "vllm_serve_image_repository", "vllm_serve")
-    os_variant = role_value(host_vars, "vllm_serve_image_os", "vllm_serve") or image_spec.DEFAULT_OS
-    soc = role_value(host_vars, "vllm_serve_image_soc", "vllm_serve") or image_spec.DEFAULT_SOC
-    # The tag the role's vllm_serve_image_tag filter computes: both read the image spec.
-    tag = image_spec.Target(stack, os_variant=str(os_variant), soc=str(soc), arch=arch).tag
-    return f"{repository}:{tag}"
+    """The image reference the serving role runs (``vllm_serve_image``, default: the lock's tag), as the
+    serving plan names it."""
+    return serving_plan.image_reference(lambda name: role_value(host_vars, name, "vllm_serve"), stack, arch)
 
 
 def image_path(reference: str) -> str:
@@ -354,22 +346,21 @@ def _images(host_vars: Mapping[str, Any], stack: str, arch: str) -> list[Need]:
     return needs
 
 
-def _weights(host_vars: Mapping[str, Any]) -> list[Need]:
-    profiles = all_profiles(plain(host_vars.get("vllm_serve_profiles")) or {})
+def _weights(host: str, host_vars: Mapping[str, Any]) -> list[Need]:
+    """The weights archive of every served pool whose profile has a ``model_url`` (the serving plan's)."""
     needs = []
-    for pool in _pools(host_vars):
-        profile = profiles.get(str(pool["profile"]))
-        if profile is None or not profile.model_url:
+    for pool in serving_plan.host_plan(host, host_vars).pools:
+        if not pool.model_url:
             continue
-        name = PurePosixPath(urlparse(profile.model_url).path).name
+        name = PurePosixPath(urlparse(pool.model_url).path).name
         needs.append(
             Need(
                 f"models/{name}",
                 "weights",
-                profile.model,
-                f"weights of profile {pool['profile']}",
-                profile.model_sha256,
-                f"vllm_serve_profiles.{pool['profile']}.model_sha256" if profile.model_sha256 else "",
+                pool.model,
+                f"weights of profile {pool.profile}",
+                pool.model_sha256 or None,
+                f"vllm_serve_profiles.{pool.profile}.model_sha256" if pool.model_sha256 else "",
             )
         )
     return needs

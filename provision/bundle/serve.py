@@ -1,15 +1,21 @@
 """``provision bundle serve``: a verified bundle folder over HTTP, as the mirror the roles read.
 
 Static files only (the standard library's ``ThreadingHTTPServer`` with ``SimpleHTTPRequestHandler``): the
-nodes fetch with ``get_url`` / dnf / apt, every file checked against the sha256 the bundle lists. The
-variables to put in the inventory's ``group_vars`` come from what the bundle holds.
+nodes fetch with ``get_url`` / dnf / apt, every file checked against the sha256 the bundle lists. A folder
+is answered 404, never listed: the nodes name every file they fetch (from the repositories' metadata and
+the roles' file names), and a listing would only tell a stranger what the site runs. The variables to put
+in the inventory's ``group_vars`` come from what the bundle holds.
 """
 
 from __future__ import annotations
 
 import functools
+import io
+import os
+from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import BinaryIO
 
 from provision.bundle import manifest as mf
 
@@ -46,9 +52,20 @@ def group_vars(base_url: str, manifest: mf.Manifest) -> str:
     return "\n".join(lines) + "\n"
 
 
+class FilesOnly(SimpleHTTPRequestHandler):
+    """``SimpleHTTPRequestHandler`` without folder listings (nor its redirect of ``/folder`` to ``/folder/``,
+    nor an ``index.html`` served for a folder)."""
+
+    def send_head(self) -> io.BytesIO | BinaryIO | None:
+        if os.path.isdir(self.translate_path(self.path)):
+            self.send_error(HTTPStatus.NOT_FOUND, "No folder listings")
+            return None
+        return super().send_head()
+
+
 def open_server(root: Path, bind: str, port: int) -> ThreadingHTTPServer:
-    """A server of ``root`` on ``bind:port`` (port 0: any free one), not yet serving."""
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(root))
+    """A server of the files below ``root`` on ``bind:port`` (port 0: any free one), not yet serving."""
+    handler = functools.partial(FilesOnly, directory=str(root))
     server = ThreadingHTTPServer((bind, port), handler)
     server.daemon_threads = True
     return server

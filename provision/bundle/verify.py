@@ -1,9 +1,11 @@
 """``provision bundle verify`` / ``unpack``: a bundle is used only when every byte is what its manifest says.
 
 Checked, all problems reported at once (BundleRefused, exit 1): ``manifest.json`` against
-``manifest.json.sha256`` (and ``manifest.json.asc`` when the bundle is signed), then every file the manifest
-lists: present, a plain file, its size and sha256; and no file the manifest does not list (a server would
-hand it out). An archive is read as a stream, member by member, so a bundle is checked without unpacking it.
+``manifest.json.sha256`` and its signature ``manifest.json.asc`` (an unsigned bundle is refused unless the
+caller allows it: the checksum catches damage, only a signature catches a rewritten manifest), then every
+file the manifest lists: present, a plain file, its size and sha256; and no file the manifest does not list
+(a server would hand it out). An archive is read as a stream, member by member, so a bundle is checked
+without unpacking it.
 """
 
 from __future__ import annotations
@@ -27,16 +29,25 @@ class Verified:
     """The fingerprint of the signing key, when the bundle is signed."""
 
 
-def verify(path: Path, key: Path | None = None) -> Verified:
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """What a bundle's signature must show: ``key`` a signer's FINGERPRINT or a public key FILE (None: any
+    key of the user's keyring); ``allow_unsigned`` accepts a bundle with no signature at all."""
+
+    key: str | None = None
+    allow_unsigned: bool = False
+
+
+def verify(path: Path, trust: Trust) -> Verified:
     """Check an archive or an unpacked folder; InputError when ``path`` is no bundle at all (exit 2)."""
     if path.is_dir():
-        return verify_dir(path, key)
+        return verify_dir(path, trust)
     if not path.is_file():
         raise InputError(f"{path}: no such bundle (an archive or a folder)")
-    return verify_archive(path, key)
+    return verify_archive(path, trust)
 
 
-def verify_archive(path: Path, key: Path | None = None) -> Verified:
+def verify_archive(path: Path, trust: Trust) -> Verified:
     own: dict[str, bytes] = {}
     found: dict[str, tuple[str, int]] = {}
     odd: list[str] = []
@@ -63,10 +74,10 @@ def verify_archive(path: Path, key: Path | None = None) -> Verified:
         ) from None
     if mf.MANIFEST not in own:
         raise InputError(f"{path}: not a provision bundle: it holds no {mf.MANIFEST}")
-    return _judge(path, own, found, odd, key)
+    return _judge(path, own, found, odd, trust)
 
 
-def verify_dir(root: Path, key: Path | None = None) -> Verified:
+def verify_dir(root: Path, trust: Trust) -> Verified:
     if not (root / mf.MANIFEST).is_file():
         raise InputError(f"{root}: not a provision bundle: it holds no {mf.MANIFEST}")
     own = {name: (root / name).read_bytes() for name in mf.OWN_FILES if (root / name).is_file()}
@@ -81,7 +92,7 @@ def verify_dir(root: Path, key: Path | None = None) -> Verified:
             continue
         with item.open("rb") as fh:
             found[rel] = mf.sha256_stream(fh)
-    return _judge(root, own, found, odd, key)
+    return _judge(root, own, found, odd, trust)
 
 
 def _judge(
@@ -89,7 +100,7 @@ def _judge(
     own: dict[str, bytes],
     found: dict[str, tuple[str, int]],
     odd: list[str],
-    key: Path | None,
+    trust: Trust,
 ) -> Verified:
     data = own[mf.MANIFEST]
     sum_text = own.get(mf.MANIFEST_SUM)
@@ -101,9 +112,15 @@ def _judge(
     )
     signed_by = None
     if mf.SIGNATURE in own:
-        signed_by = mf.check_signature(data, own[mf.SIGNATURE], key, str(where))
-    elif key is not None:
+        signed_by = mf.check_signature(data, own[mf.SIGNATURE], trust.key, str(where))
+    elif trust.key is not None:
         raise mf.BundleRefused(f"{where}: --key given, but the bundle is not signed (no {mf.SIGNATURE})")
+    elif not trust.allow_unsigned:
+        raise mf.BundleRefused(
+            f"{where}: not signed (no {mf.SIGNATURE}): its checksum catches damage, not a manifest rewritten "
+            "with its files. Build it with --sign-key KEY and verify with --key FINGERPRINT, or accept it "
+            "with --allow-unsigned"
+        )
     manifest = mf.parse_manifest(data, f"{where}: {mf.MANIFEST}")
     problems = list(odd)
     listed = manifest.by_path()
@@ -129,7 +146,7 @@ def completeness(manifest: mf.Manifest, plan: Plan) -> dict[str, list[Need]]:
     return missing(plan, [entry.path for entry in manifest.files])
 
 
-def unpack(archive: Path, dest: Path, key: Path | None = None) -> Verified:
+def unpack(archive: Path, dest: Path, trust: Trust) -> Verified:
     """Extract ``archive`` into ``dest`` (new or empty) and verify what was written; on a refusal nothing
     is left behind. The files are checked where they will be served from, so they are read once."""
     if not archive.is_file():
@@ -150,7 +167,7 @@ def unpack(archive: Path, dest: Path, key: Path | None = None) -> Verified:
             if not any(partial.iterdir()):
                 raise InputError(f"{archive}: not a bundle archive (tar): {exc}") from None
             raise mf.BundleRefused(f"{archive}: refused: the archive is damaged: {exc}") from None
-        checked = verify_dir(partial, key)
+        checked = verify_dir(partial, trust)
         if dest.exists():
             dest.rmdir()
         os.replace(partial, dest)

@@ -2,9 +2,9 @@
 
 A verb takes them by naming a keyword-only parameter ``ansible: AnsibleArgs`` and wearing
 :func:`connection_options` (apply, plan, doctor, ``serve status``: all eleven) or :func:`vault_options`
-(validate, ``serve explain``, ``bundle``: the inventory is read, no host is contacted). The decorator shows
-Typer the options (after the verb's own, in the order below) and hands the verb their values as one
-:class:`AnsibleArgs`; :meth:`AnsibleArgs.checked` turns them into the runner's
+(validate, ``serve explain``, ``serve key``, ``bundle``: the inventory is read, no host is contacted).
+The decorator shows Typer the options (after the verb's own, in the order below) and hands the verb their
+values as one :class:`AnsibleArgs`; :meth:`AnsibleArgs.checked` turns them into the runner's
 :class:`~provision.runner.options.AnsibleOptions` where the verb checked its inputs before.
 """
 

@@ -241,6 +241,74 @@ def engine(value: str | None) -> str | None:
     return value
 
 
+# ------------------------------------------------------------------------------------------ API key
+
+OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
+"""What ``vllm bench serve`` sends as its bearer key (``vllm/benchmarks/lib/endpoint_request_func.py``)."""
+
+API_KEY_ON_ARGV = (
+    "warning: --api-key puts the key on the command line, which every user of this machine can read "
+    "(ps, /proc/PID/cmdline); give --api-key-file FILE or $PROVISION_API_KEY instead"
+)
+_KEY_ON_ARGV = "provision.api_key_on_argv"
+_KEY_FILE_GIVEN = "provision.api_key_file_given"
+
+
+def api_key_option(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """Typer callback of ``--api-key``: a key typed on the command line is taken, with a warning."""
+    source = ctx.get_parameter_source(str(param.name))
+    if value and source is not None and source.name == "COMMANDLINE":
+        ctx.meta[_KEY_ON_ARGV] = True
+        _one_key(ctx)
+        typer.echo(API_KEY_ON_ARGV, err=True)
+    return value
+
+
+def api_key_file_option(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """Typer callback of ``--api-key-file`` (read by :func:`api_key`)."""
+    if value is not None:
+        ctx.meta[_KEY_FILE_GIVEN] = True
+        _one_key(ctx)
+    return value
+
+
+def _one_key(ctx: typer.Context) -> None:
+    # Either callback may run first (click runs those of the command line in their order, then the rest).
+    if ctx.meta.get(_KEY_ON_ARGV) and ctx.meta.get(_KEY_FILE_GIVEN):
+        raise InputError("--api-key and --api-key-file: give one of them")
+
+
+def api_key(given: str | None, file: Path | None, *, url: bool) -> str | None:
+    """The bearer key of a command with ``--api-key`` (callback :func:`api_key_option`) and
+    ``--api-key-file`` (:func:`api_key_file_option`): the file's first line, else ``--api-key`` /
+    ``$PROVISION_API_KEY``, else, for URLs, ``$OPENAI_API_KEY`` as ``vllm bench serve`` reads it (an
+    inventory's instances have their own key, ``vllm_serve_api_key``)."""
+    if file is not None:
+        return secret_file("--api-key-file", file)
+    if given:
+        return given
+    return (os.environ.get(OPENAI_API_KEY_ENV) or None) if url else None
+
+
+def secret_file(option: str, path: Path) -> str:
+    """The first line of ``path`` without surrounding blanks (a trailing newline is not part of a secret);
+    InputError naming ``option`` and ``path`` when it is missing, unreadable or empty."""
+    try:
+        text = path.expanduser().read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{option} {path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{option} {path}: is a folder, not a file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{option} {path}: cannot read it: not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot read it: {exc.strerror or exc}") from None
+    value = text.split("\n", 1)[0].strip()
+    if not value:
+        raise InputError(f"{option} {path}: is empty (the key is its first line)")
+    return value
+
+
 # ------------------------------------------------------------------------------------------ inventory
 
 

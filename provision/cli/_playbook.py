@@ -202,7 +202,13 @@ def endpoints(result: RunResult, out: Console, inventory: Path | None = None) ->
     out.line("query one:")
     out.line(f"  curl -s {ready.url}/v1/completions -H 'Content-Type: application/json'{auth} -d '{body}'")
     if ready.api_key:
-        out.line("  (VLLM_API_KEY: the inventory's vllm_serve_api_key)")
+        from provision.serving.apikey import key_files, shell_read
+
+        written = key_files(inventory) if inventory is not None else []
+        if len(written) == 1:  # written by `provision serve key`: how to read it, never the key itself
+            out.line(f"  (export VLLM_API_KEY=$({shell_read(written[0])}))")
+        else:
+            out.line("  (VLLM_API_KEY: the inventory's vllm_serve_api_key)")
     out.line(f"  provision serve status {inventory or 'INVENTORY'}    # the health gate on every instance")
 
 

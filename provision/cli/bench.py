@@ -134,7 +134,7 @@ def _instances_of(
     from provision.inventory.load import host_var
     from provision.inventory.validate import check as check_inventory
     from provision.serving.health import State, serves_api
-    from provision.serving.profiles import instances
+    from provision.serving.plan import pool_plans
 
     loaded = check_inventory(inventory)  # bad input: exit 2, no host contacted
     limit = _inputs.limit(limit, loaded)
@@ -159,7 +159,7 @@ def _instances_of(
         key = api_key or host_var(loaded.hosts, str(row["host"]), "vllm_serve_api_key")
         devices: dict[str, list[int]] = {}
         for host in row.get("hosts") or [row["host"]]:
-            for inst in instances(
+            for inst in pool_plans(
                 host_var(loaded.hosts, host, "npu_pools_list", []),
                 host_var(loaded.hosts, host, "vllm_serve_profiles", {}),
             ):
@@ -313,8 +313,18 @@ def bench(
         None,
         "--api-key",
         envvar="PROVISION_API_KEY",
+        callback=_inputs.api_key_option,
         show_default=False,
-        help="Bearer key [default: vllm_serve_api_key].",
+        help="Bearer key [default: vllm_serve_api_key; a URL: $OPENAI_API_KEY]; on the command line every "
+        "local user can read it: prefer --api-key-file.",
+    ),
+    api_key_file: Path | None = typer.Option(
+        None,
+        "--api-key-file",
+        envvar="PROVISION_API_KEY_FILE",
+        callback=_inputs.api_key_file_option,
+        show_default=False,
+        help="File whose first line is the bearer key.",
     ),
     limit: str | None = typer.Option(None, "--limit", "-l", help="INVENTORY: these hosts/groups only."),
     pool: str | None = typer.Option(None, "--pool", help="INVENTORY: this pool's instances only."),
@@ -370,6 +380,7 @@ def bench(
         report.check(report_dir)
 
     inventory = Path(target) if "://" not in target and Path(target).exists() else None
+    api_key = _inputs.api_key(api_key, api_key_file, url=inventory is None)
     if inventory is None:
         for option, value in (("--limit", limit), ("--pool", pool)):
             if value is not None:

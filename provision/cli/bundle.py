@@ -10,6 +10,7 @@ of your own. Exit codes: 0 ok, 1 the bundle is refused (or incomplete), 2 bad in
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import signal
 import socket
 import sys
@@ -39,8 +40,16 @@ bundle_app = typer.Typer(
 KeyOpt = typer.Option(
     None,
     "--key",
-    help="Public GnuPG key the bundle's signature must verify with (default: your keyring, $GNUPGHOME).",
+    metavar="FINGERPRINT|FILE",
+    help="The signer the bundle must be signed by: its key's fingerprint (40 hex digits, checked with your "
+    "keyring, $GNUPGHOME), or a public key file (checked with that key alone). Default: any key of your "
+    "keyring.",
     show_default=False,
+)
+AllowUnsignedOpt = typer.Option(
+    False,
+    "--allow-unsigned",
+    help="Accept a bundle without a signature (its checksum then catches damage, not a rewrite).",
 )
 
 
@@ -205,7 +214,8 @@ def verify_cmd(
     inventory: Path | None = typer.Option(
         None, "--inventory", "-i", help="Also check the bundle holds everything this inventory's nodes need."
     ),
-    key: Path | None = KeyOpt,
+    key: str | None = KeyOpt,
+    allow_unsigned: bool = AllowUnsignedOpt,
     os_name: list[str] = typer.Option([], "--os", help="As for build: OS of hosts without bootstrap_facts."),
     arch: str = typer.Option("aarch64", "--arch", help="As for build."),
     *,
@@ -218,7 +228,7 @@ def verify_cmd(
         _, loaded = _inventory(inventory, [], ansible)
         plan = needs.plan(loaded, os_names=_os_option(os_name), arch=arch)
     with _file_errors():
-        checked = verify.verify(bundle, key)
+        checked = verify.verify(bundle, verify.Trust(key, allow_unsigned))
     out = Console.for_stream()
     signed = f", signed by {checked.signed_by}" if checked.signed_by else ", not signed"
     out.line(f"{bundle}: ok, {len(checked.manifest.files)} files match the manifest{signed}")
@@ -235,11 +245,12 @@ def verify_cmd(
 def unpack(
     bundle: Path = typer.Argument(..., help="The bundle archive.", show_default=False),
     dest: Path = typer.Argument(..., help="A new (or empty) folder to unpack it into.", show_default=False),
-    key: Path | None = KeyOpt,
+    key: str | None = KeyOpt,
+    allow_unsigned: bool = AllowUnsignedOpt,
 ) -> None:
     """Verify the archive, unpack it, verify the files written: a folder for your own web server."""
     with _file_errors():
-        checked = verify.unpack(bundle, dest, key)
+        checked = verify.unpack(bundle, dest, verify.Trust(key, allow_unsigned))
     Console.for_stream().line(
         f"{dest}: {len(checked.manifest.files)} files, verified; serve it as the mirror"
     )
@@ -251,15 +262,22 @@ def serve_cmd(
         ..., help="The bundle: an archive or an unpacked folder.", show_default=False
     ),
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="TCP port."),
-    bind: str = typer.Option("0.0.0.0", "--bind", help="Address to listen on."),
-    key: Path | None = KeyOpt,
+    bind: str = typer.Option(
+        "127.0.0.1",
+        "--bind",
+        metavar="ADDR",
+        help="Address to listen on: this machine's address on the nodes' network (default: loopback only).",
+    ),
+    key: str | None = KeyOpt,
+    allow_unsigned: bool = AllowUnsignedOpt,
 ) -> None:
     """Verify the bundle (an archive is unpacked beside it first, removed when the server stops), then
-    serve it over HTTP and print the group_vars lines that point the roles at it. Nothing is served when it
-    is refused."""
+    serve its files (no folder listings) over HTTP and print the group_vars lines that point the roles at
+    it. Nothing is served when it is refused."""
+    trust = verify.Trust(key, allow_unsigned)
     if bundle.is_dir():
         with _file_errors():
-            checked = verify.verify_dir(bundle, key)
+            checked = verify.verify_dir(bundle, trust)
         _serve(bundle, checked, bundle, bind, port)
         return
     if not bundle.is_file():
@@ -270,7 +288,7 @@ def serve_cmd(
         tempfile.TemporaryDirectory(prefix=f".{bundle.name}.serve-", dir=bundle.parent) as tmp,
     ):
         root = Path(tmp) / "bundle"
-        _serve(root, verify.unpack(bundle, root, key), bundle, bind, port)
+        _serve(root, verify.unpack(bundle, root, trust), bundle, bind, port)
 
 
 def _serve(root: Path, checked: verify.Verified, bundle: Path, bind: str, port: int) -> None:
@@ -284,6 +302,9 @@ def _serve(root: Path, checked: verify.Verified, bundle: Path, bind: str, port: 
     out.line(
         f"serving {bundle} ({len(checked.manifest.files)} files, verified) on http://{host}:{real_port}/"
     )
+    if ipaddress.ip_address(host).is_loopback:
+        # The default: nothing beyond this machine reaches it until --bind names an address that does.
+        out.line(f"listening on loopback only: the nodes cannot reach {host}; give --bind ADDR to serve them")
     out.line("put these in group_vars/npu_nodes.yml (use the address the nodes reach this machine at):")
     out.line(serve.group_vars(f"http://{shown}:{real_port}", checked.manifest))
 

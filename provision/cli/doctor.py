@@ -27,7 +27,7 @@ from provision.cli.console import Console
 from provision.doctor.bundle import NodeBundle, write_bundle
 from provision.doctor.catalog import Catalog, shipped
 from provision.doctor.conditions import Expected
-from provision.doctor.diagnose import NodeReport, diagnose
+from provision.doctor.diagnose import NodeReport, NpuAddresses, diagnose, npu_addresses
 from provision.doctor.probe import collect
 from provision.errors import InputError
 from provision.inventory.load import Inventory, plain
@@ -96,8 +96,13 @@ def doctor(
             f"could not probe {', '.join(map(str, sources))}: {run.stdout.strip()[-2000:] or run.status}"
         )
     reports, bundles = [], []
+    # every node first: a log line of one node may name the NPU address of another one's port
+    collected = {host: _collect(answers.get(host)) for host in targets}
+    npus = npu_addresses({h: n for h, n in collected.items() if isinstance(n, dict)})
     for host in targets:
-        report, node = _diagnose(host, answers.get(host), _expected(resolved.hosts[host]), catalog)
+        report, node = _diagnose(
+            host, answers.get(host), collected[host], _expected(resolved.hosts[host]), catalog, npus
+        )
         reports.append(report)
         bundles.append(node)
     manifest = write_bundle(bundle, bundles, secrets=_secrets(loaded, targets)) if bundle else None
@@ -157,8 +162,23 @@ def _expected(host: ResolvedHost) -> Expected:
     )
 
 
+def _collect(answer: dict[str, Any] | None) -> dict[str, Any] | str | None:
+    """The node's facts, the reason its probe cannot be read, or None (no probe output)."""
+    if answer is None or "error" in answer:
+        return None
+    try:
+        return collect(answer["probe"], answer["holders"])
+    except ValueError as exc:
+        return f"cannot read the node's probe: {exc}"
+
+
 def _diagnose(
-    host: str, answer: dict[str, Any] | None, expected: Expected, catalog: Catalog
+    host: str,
+    answer: dict[str, Any] | None,
+    collected: dict[str, Any] | str | None,
+    expected: Expected,
+    catalog: Catalog,
+    npus: NpuAddresses,
 ) -> tuple[NodeReport, NodeBundle]:
     if answer is None:
         return NodeReport(host, reachable=False, error="no answer"), NodeBundle(host, error="no answer")
@@ -166,12 +186,11 @@ def _diagnose(
         reachable = not answer.get("unreachable")
         error = answer["error"]
         return NodeReport(host, reachable=reachable, error=error), NodeBundle(host, error=error)
-    try:
-        node = collect(answer["probe"], answer["holders"])
-    except ValueError as exc:
-        error = f"cannot read the node's probe: {exc}"
+    if not isinstance(collected, dict):
+        error = collected or "no probe output"
         return NodeReport(host, error=error), NodeBundle(host, probe=answer["probe"], error=error)
-    findings = diagnose(node, expected, catalog)
+    node = collected
+    findings = diagnose(node, expected, catalog, npus)
     bundle = NodeBundle(
         host,
         probe=answer["probe"],

@@ -61,7 +61,18 @@ def status(
         None,
         "--api-key",
         envvar="PROVISION_API_KEY",
-        help="Sent as 'Authorization: Bearer KEY' (vLLM --api-key).",
+        callback=_inputs.api_key_option,
+        help="Sent as 'Authorization: Bearer KEY' (vLLM --api-key) [default: an inventory's "
+        "vllm_serve_api_key; URLs: $OPENAI_API_KEY]; on the command line every local user can read it: "
+        "prefer --api-key-file.",
+        show_default=False,
+    ),
+    api_key_file: Path | None = typer.Option(
+        None,
+        "--api-key-file",
+        envvar="PROVISION_API_KEY_FILE",
+        callback=_inputs.api_key_file_option,
+        help="File whose first line is the key.",
         show_default=False,
     ),
     completion_timeout: float = typer.Option(
@@ -90,6 +101,7 @@ def status(
     inventories = [Path(url) for url in urls if "://" not in url and Path(url).exists()]
     if (inventories or more_inventories) and len(urls) > len(inventories):
         raise InputError(f"{(inventories or more_inventories)[0]}: an inventory is given alone, without URLs")
+    api_key = _inputs.api_key(api_key, api_key_file, url=not (inventories or more_inventories))
     if inventories or more_inventories:
         if model is not None:
             raise InputError("--model applies to URLs; with an inventory each pool's profile names its model")
@@ -241,4 +253,7 @@ def explain_command(
 
 
 def register(app: typer.Typer) -> None:
+    from provision.cli import serve_key
+
+    serve_key.register(serve_app)
     app.add_typer(serve_app, name="serve")

@@ -19,9 +19,11 @@ from provision.doctor.conditions import CONDITIONS
 from provision.errors import InputError
 from provision.paths import data_dir
 
-OUTPUTS = ("npu_smi", "engine_log", "plog", "docker_log", "dkms")
+OUTPUTS = ("npu_smi", "engine_log", "plog", "docker_log", "dkms", "kernel_log")
 """The tool outputs and logs a regex signature may search (see :func:`provision.doctor.diagnose.outputs`)."""
-Output = Literal["npu_smi", "engine_log", "plog", "docker_log", "dkms"]
+Output = Literal["npu_smi", "engine_log", "plog", "docker_log", "dkms", "kernel_log"]
+PEER_GROUPS = ("server", "npu", "ip", "rank")
+"""The named groups a ``peer`` regex may capture: which node, NPU, NPU address or rank the evidence blames."""
 FAILURE_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
@@ -52,11 +54,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _peer(value: str) -> str:
+    groups = set(re.compile(value).groupindex)
+    if not groups or not groups <= set(PEER_GROUPS):
+        raise ValueError(
+            f"a peer regex names its parts with (?P<name>...), name one of {', '.join(PEER_GROUPS)}"
+        )
+    return value
+
+
 class Signature(_Strict):
     regex: Regex | None = None
     unless: Regex | None = None
     outputs: tuple[Output, ...] = Field(default=(), alias="in")
     condition: Annotated[str, AfterValidator(_condition)] | None = None
+    peer: Annotated[Regex, AfterValidator(_peer)] | None = None
+    """Over a matched line: the other end it names (its server, NPU, NPU address, rank), for the report."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Signature:
@@ -64,8 +77,8 @@ class Signature(_Strict):
             raise ValueError("give either regex (with in: [outputs]) or condition")
         if self.regex is not None and not self.outputs:
             raise ValueError(f"a regex needs in: [...], one or more of {', '.join(OUTPUTS)}")
-        if self.condition is not None and (self.outputs or self.unless):
-            raise ValueError("a condition takes no in: or unless:")
+        if self.condition is not None and (self.outputs or self.unless or self.peer):
+            raise ValueError("a condition takes no in:, unless: or peer:")
         return self
 
 
@@ -90,6 +103,13 @@ class Failure(_Strict):
             return None
         pattern = re.compile(self.signature.regex, re.IGNORECASE)
         return next((line.strip() for line in text.splitlines() if pattern.search(line)), None)
+
+    def peer(self, line: str) -> dict[str, str]:
+        """The parts of the other end ``line`` names (``{"server", "npu", "ip", "rank"}``, those found)."""
+        if self.signature.peer is None:
+            return {}
+        m = re.search(self.signature.peer, line, re.IGNORECASE)
+        return {k: v.strip() for k, v in m.groupdict().items() if v and v.strip()} if m else {}
 
 
 class Catalog(_Strict):
@@ -127,6 +147,44 @@ def shipped() -> Catalog:
     return load_catalog()
 
 
+DOC_BEGIN = "<!-- BEGIN known failures: generated from provision/data/failures.yml -->"
+DOC_END = "<!-- END known failures -->"
+
+
+def markdown_table(catalog: Catalog) -> str:
+    """The known failures as the Markdown table of docs/doctor.md: id, title, signature, sources."""
+    rows = ["| id | what | signature | sources |", "|---|---|---|---|"]
+    for failure in catalog.failures:
+        sig = failure.signature
+        if sig.condition is not None:
+            signature = f"condition `{sig.condition}`"
+        else:
+            signature = f"`{sig.regex}` in {', '.join(sig.outputs)}"
+            if sig.unless:
+                signature += f", unless `{sig.unless}`"
+        sources = ", ".join(f"[{_short(s.url)}]({s.url})" for s in failure.sources)
+        # a | of a regex would end its table cell
+        cells = (f"`{failure.id}`", failure.title, signature, sources)
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def _short(url: str) -> str:
+    m = re.match(r"^https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)$", url)
+    if m:
+        return f"{m.group(1)}#{m.group(2)}"
+    return "Ascend docs " + url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".html")
+
+
+def with_table(doc: str, catalog: Catalog) -> str:
+    """``doc`` with the text between :data:`DOC_BEGIN` and :data:`DOC_END` replaced by the table."""
+    head, begin, rest = doc.partition(DOC_BEGIN)
+    _, end, tail = rest.partition(DOC_END)
+    if not begin or not end:
+        raise InputError(f"the document has no {DOC_BEGIN} ... {DOC_END} block")
+    return f"{head}{DOC_BEGIN}\n{markdown_table(catalog)}{DOC_END}{tail}"
+
+
 def _message(exc: ValidationError, data: object) -> str:
     lines = []
     for error in exc.errors():
@@ -138,3 +196,11 @@ def _message(exc: ValidationError, data: object) -> str:
             where[1] = f"{where[1]} ({name})" if name else where[1]
         lines.append(f"{'.'.join(str(w) for w in where)}: {error['msg']}")
     return "; ".join(lines)
+
+
+if __name__ == "__main__":  # python -m provision.doctor.catalog docs/doctor.md: write the table into it
+    import sys
+
+    for name in sys.argv[1:]:
+        doc = Path(name)
+        doc.write_text(with_table(doc.read_text(encoding="utf-8"), shipped()), encoding="utf-8")

@@ -1,8 +1,10 @@
 """Match a node's collected facts against the known failures: each match is a finding with its evidence.
 
 A regex signature is searched in every text of its outputs (:func:`outputs`: the npu-smi output, each vLLM
-unit's journal, the plog, docker's journal, ``dkms status``); its evidence is the first matching line,
-prefixed with where it was seen. A condition signature gives its own evidence lines.
+unit's journal, the plog and its error lines, docker's journal, ``dkms status``, the driver's kernel
+lines); its evidence is the first matching line, prefixed with where it was seen, and, when the entry
+has a ``peer`` regex and the line names the other end, a ``peer:`` line: its server, NPU, NPU address or
+rank, and the node of the run whose NPU has that address. A condition signature gives its own evidence.
 """
 
 from __future__ import annotations
@@ -47,27 +49,47 @@ class NodeReport:
         }
 
 
+NpuAddresses = Mapping[str, tuple[str, int]]
+"""An NPU port address -> (host, NPU) of the nodes of one doctor run (:func:`npu_addresses`)."""
+
+
 def outputs(node: Mapping[str, Any]) -> dict[str, list[tuple[str, str]]]:
     """Output name -> ``[(where, text)]``: the texts a regex signature of that output is searched in."""
     journals: Mapping[str, list[str]] = node.get("journals") or {}
     plog = node.get("plog")
+    plog_errors: Mapping[str, list[str]] = node.get("plog_errors") or {}
+    kernel: list[str] = node.get("kernel_log") or []
     return {
         "npu_smi": [("npu-smi info", node["npu_smi"])] if node.get("npu_smi") else [],
         "engine_log": [
             (u, "\n".join(lines)) for u, lines in sorted(journals.items()) if u.startswith("vllm-")
         ],
-        "plog": [(str(plog["path"]), "\n".join(plog["lines"]))] if plog else [],
+        "plog": ([(str(plog["path"]), "\n".join(plog["lines"]))] if plog else [])
+        + [(path, "\n".join(lines)) for path, lines in sorted(plog_errors.items())],
         "docker_log": [("docker.service", "\n".join(journals.get("docker.service") or []))],
         "dkms": [("dkms status", node["dkms"])] if node.get("dkms") else [],
+        "kernel_log": [("kernel log", "\n".join(kernel))] if kernel else [],
     }
 
 
-def diagnose(node: Mapping[str, Any], expected: Expected, catalog: Catalog) -> list[Finding]:
-    """Every known failure the node shows, in the catalogue's order."""
+def npu_addresses(nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, int]]:
+    """The NPU port addresses ``hccn_tool -ip -g`` showed on each probed node: address -> (host, NPU)."""
+    found: dict[str, tuple[str, int]] = {}
+    for host, node in nodes.items():
+        for npu, port in ((node.get("hccn") or {}).get("npus") or {}).items():
+            if port.get("ip") and str(npu).isdigit():
+                found[str(port["ip"])] = (host, int(npu))
+    return found
+
+
+def diagnose(
+    node: Mapping[str, Any], expected: Expected, catalog: Catalog, npus: NpuAddresses | None = None
+) -> list[Finding]:
+    """Every known failure the node shows, in the catalogue's order; ``npus`` names the node of a peer."""
     texts = outputs(node)
     findings = []
     for failure in catalog.failures:
-        evidence = _evidence(failure, node, expected, texts)
+        evidence = _evidence(failure, node, expected, texts, npus or {})
         if evidence:
             findings.append(
                 Finding(
@@ -87,6 +109,7 @@ def _evidence(
     node: Mapping[str, Any],
     expected: Expected,
     texts: Mapping[str, list[tuple[str, str]]],
+    npus: NpuAddresses,
 ) -> list[str]:
     signature = failure.signature
     if signature.condition is not None:
@@ -97,4 +120,24 @@ def _evidence(
             line = failure.search(text)
             if line is not None:
                 found.append(f"{where}: {line}")
+                peer = _describe_peer(failure.peer(line), npus)
+                if peer:
+                    found.append(f"  peer: {peer}")
     return found
+
+
+def _describe_peer(peer: Mapping[str, str], npus: NpuAddresses) -> str:
+    parts = []
+    if "rank" in peer:
+        parts.append(f"rank {peer['rank']}")
+    if "server" in peer:
+        parts.append(f"server {peer['server']}")
+    if "npu" in peer:
+        parts.append(f"NPU {peer['npu']}")
+    if "ip" in peer:
+        where = ""
+        if peer["ip"] in npus:
+            host, npu = npus[peer["ip"]]
+            where = f" (= {host} NPU {npu}; its port's history: hccn_tool -i {npu} -link_stat -g on {host})"
+        parts.append(f"NPU address {peer['ip']}{where}")
+    return ", ".join(parts)

@@ -8,8 +8,10 @@ The command joins four scripts the house already has or keeps here, each printin
 * the HCCN probe of the serving gate (:data:`provision.ascend.hccn_gate.PROBE_SCRIPT`): link, net health,
   address and TLS switch of every NPU port;
 * :data:`DOCTOR_SCRIPT`: OS, kernel, device nodes, CANN install info, provision's local facts and
-  converged record, docker's ``daemon.json``, the state and journal tail of docker and of every vLLM unit,
-  the containers, DKMS, and the newest engine plog.
+  converged record, docker's ``daemon.json``, the state of docker and of every vLLM unit and a window of
+  each one's journal (its first error block with context, then its last lines), the containers, DKMS, the
+  NPU driver's kernel lines (of the boot and of the last hours), the newest engine plog and the error
+  lines of the newest plogs. Every part is bounded (lines and characters per line).
 
 Nothing is written on the node; every command only reads. :func:`collect` turns the text into plain data
 (JSON-able) with the house's parsers; the raw text is kept for the support bundle.
@@ -49,6 +51,29 @@ DKMS_TREE = "/var/lib/dkms/davinci_ascend"
 ``_ascend_driver_dkms_tree``)."""
 PLOG_DIR = "/root/ascend/log/debug/plog"
 """Where the CANN runtime of an engine run as root writes its plog files."""
+JOURNAL_SCAN = 5000
+"""How many of a unit's last journal lines are searched for their first error block."""
+ERROR_BEFORE, ERROR_AFTER = 10, 60
+"""Lines kept before and after the first error line of a unit's journal."""
+ERROR_LINE = r"Traceback \(most recent call last\)|ERROR|\[Error\]|E[A-Z][0-9][0-9][0-9][0-9]"
+"""What starts an error block: Python's traceback, vLLM's and CANN's ERROR lines, CANN's error codes
+(EI0006, EZ9999, EL0004...). POSIX ERE: the node's awk reads it."""
+WINDOW_GAP = "[provision doctor: lines between the first error block and the last lines left out]"
+LINE_CHARS = 2000
+"""Every collected log line is cut at this many characters (one plog line can hold a whole table)."""
+KERNEL_HOURS = 6
+KERNEL_LINES = 200
+"""Kernel lines kept from the start of the boot, and from the last KERNEL_HOURS hours."""
+KERNEL_FILTER = r"davinci|devdrv|drv_|devmm|hisi_hdc|ascend|(^|[^a-z])npu"
+"""The NPU driver's names in kernel lines: its device nodes (/dev/davinciN, devmm_svm, hisi_hdc), its
+modules (drv_pcie_host, drv_devmng_host, drv_devmm_host, drv_hdc_host), its PCI driver
+(devdrv_device_driver); "npu" as a word start (not the "input:" lines of every boot). No public capture of
+the driver's kernel messages was found: this keeps every line naming it rather than guessing at its
+message formats."""
+PLOG_FILES = 3
+PLOG_ERROR_LINES = 100
+PLOG_ERROR = r"^\[ERROR\]|E[A-Z][0-9][0-9][0-9][0-9]"
+"""The first error lines (``[ERROR] HCCL(...)``, CANN error codes) of each of the newest PLOG_FILES plogs."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -61,6 +86,18 @@ DOCTOR_SCRIPT = node_script(
     UNIT_PROPERTIES=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
     DKMS_TREE=DKMS_TREE,
     PLOG_DIR=PLOG_DIR,
+    JOURNAL_SCAN=str(JOURNAL_SCAN),
+    ERROR_BEFORE=str(ERROR_BEFORE),
+    ERROR_AFTER=str(ERROR_AFTER),
+    ERROR_AWK=ERROR_LINE.replace("/", "\\/"),
+    WINDOW_GAP=WINDOW_GAP,
+    LINE_CHARS=str(LINE_CHARS),
+    KERNEL_HOURS=str(KERNEL_HOURS),
+    KERNEL_LINES=str(KERNEL_LINES),
+    KERNEL_FILTER=KERNEL_FILTER,
+    PLOG_FILES=str(PLOG_FILES),
+    PLOG_ERROR_LINES=str(PLOG_ERROR_LINES),
+    PLOG_ERROR=PLOG_ERROR,
 )
 
 # Second command, only when npu-smi lists processes: which unit each one belongs to.
@@ -112,7 +149,8 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
      "daemon_json": {...} | None | "unreadable: ...", "units": {unit: {ActiveState, ...}},
      "journals": {unit: [lines]},
      "containers": {name: {"id", "status"}}, "dkms": "raw" | None, "dkms_builds": ["1.0/5.10.0"] | None,
-     "dkms_make_log": [lines], "plog": {"path", "lines"} | None, "hccn": {...hccn_gate.parse_probe},
+     "dkms_make_log": [lines], "plog": {"path", "lines"} | None, "plog_errors": {path: [lines]},
+     "kernel_log": [lines], "hccn": {...hccn_gate.parse_probe},
      "holders": {pid: unit | None}}
     """
     found = sections(text)
@@ -137,6 +175,8 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
         "dkms_builds": None,
         "dkms_make_log": labelled.get("dkms-make.log", "").splitlines(),
         "plog": None,
+        "plog_errors": {},
+        "kernel_log": [],
         "hccn": hccn_gate.parse_probe(text),
         "holders": {},
     }
@@ -159,6 +199,10 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
             ]
         elif kind == "plog":
             out["plog"] = {"path": rest, "lines": body.splitlines()}
+        elif kind == "plog-errors":
+            out["plog_errors"][rest] = [line for line in body.splitlines() if line.strip()]
+        elif kind == "kernel":
+            out["kernel_log"] += [line for line in body.splitlines() if line.strip()]
     out["cann"]["toolkits"] = sorted(toolkits)
     if "record" in labelled:
         out["record"] = _json(labelled["record"])

@@ -56,6 +56,8 @@ DRIVER_VERSION = re.compile(r"^\d+\.\d+(\.[0-9A-Za-z]+){0,3}$")  # 25.0.rc1.1, 2
 FIRMWARE_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.\d+){0,2}$")  # 7.7.0.1.231
 CANN_VERSION = re.compile(r"^\d+\.\d+\.(\d+|RC\d+|rc\d+)(\.[0-9A-Za-z]+)?$")  # 9.1.0, 8.2.RC1, 8.3.RC2
 SHA256 = re.compile(r"^[0-9A-Fa-f]{64}$")
+# An OpenPGP v4 fingerprint: 40 hex digits, optionally in gpg --fingerprint's groups of four.
+FINGERPRINT = re.compile(r"^[0-9A-Fa-f]{4}( {0,2}[0-9A-Fa-f]{4}){9}$")
 # Archives a profile's model_url may name (what ansible.builtin.unarchive extracts on the node).
 MODEL_ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".zip")
 
@@ -95,6 +97,16 @@ DriverVersion = Annotated[str, _pattern(DRIVER_VERSION, "25.0.rc1.1 or 25.5.1")]
 FirmwareVersion = Annotated[str, _pattern(FIRMWARE_VERSION, "7.7.0.1.231")]
 CannVersion = Annotated[str, _pattern(CANN_VERSION, "9.1.0 or 8.2.RC1")]
 Port = Annotated[int, Field(ge=1024, le=65535)]
+Sha256 = Annotated[str, _pattern(SHA256, "64 hex digits (sha256sum's first column)")]
+
+
+def _fingerprint(value: str) -> str:
+    if value and not FINGERPRINT.match(value):  # '' = not pinned (the role's default)
+        raise ValueError("must be a key fingerprint: 40 hex digits, as gpg --fingerprint prints them")
+    return value
+
+
+Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
 
 
 class _Strict(BaseModel):
@@ -390,6 +402,11 @@ class HostSettings(BaseModel):
     ascend_driver_firmware_version: FirmwareVersion | None = None
     cann_version: CannVersion | None = None
     openeuler_repos_mirror_url: Url | None = None
+    openeuler_repos_gpg_key_fingerprint: Fingerprint | None = None
+    # Pinned sha256 per vendor file name: a malformed one fails get_url on every node, after earlier stages.
+    ascend_driver_checksums: dict[str, Sha256] | None = None
+    cann_checksums: dict[str, Sha256] | None = None
+    container_runtime_checksums: dict[str, Sha256] | None = None
     npu_pools_list: list[NpuPool] = Field(default_factory=list)
     container_runtime_mirror_url: Url | None = None
     container_runtime_verify: Literal["changed", "always", "never"] | None = None

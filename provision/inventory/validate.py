@@ -418,6 +418,7 @@ def _check_host(
     _check_profiles(settings, add)
     _check_budgets(settings, owned, add)
     _check_versions(settings, owned, add)
+    _check_open_engines(host, variables, report, scopes)
 
 
 def _drop(root: dict[str, Any], name: str, paths: list[Path_]) -> None:
@@ -762,6 +763,61 @@ def _check_versions(settings: HostSettings, owned: Mapping[str, Any], add: AddFn
                 f"stack {stack_name} pins {key} {pinned[key]}; change provision_stack, or set "
                 "provision_allow_unlocked_versions: true to run an untested combination",
             )
+
+
+def _check_open_engines(
+    host: str, variables: Mapping[str, Any], report: _Report, scopes: Scopes | None
+) -> None:
+    """Served pools whose engines would listen beyond loopback without an API key, unless the inventory
+    accepts it (``vllm_serve_allow_unauthenticated``); :mod:`provision.inventory.listen` decides. A templated
+    key, opt-out or bind address is judged by the vllm_serve role once Ansible has templated it."""
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    from provision.inventory import listen
+
+    pools = variables.get("npu_pools_list")
+    served = (
+        [p for p in pools if isinstance(p, Mapping) and p.get("profile")] if isinstance(pools, list) else []
+    )
+    key = variables.get("vllm_serve_api_key", "")
+    allow = variables.get("vllm_serve_allow_unauthenticated", False)
+    if not served or _templated(key) or _templated(allow) or (key is not None and str(key) != ""):
+        return
+    try:
+        if boolean(plain(allow), strict=True):
+            return
+    except TypeError:  # not a boolean: the role's argument spec reports it
+        return
+    if "vllm_serve_bind_host" in variables:
+        bind = variables["vllm_serve_bind_host"]
+        if _templated(bind):
+            return
+        where, origin = listen.describe(bind), origin_of(bind)
+    else:
+        address = variables.get("ansible_host", host)
+        if _templated(address):
+            return
+        bind = listen.management_address(plain(address))
+        # Not the address itself: the same words for every host of a group make one problem, not one per host.
+        where = (
+            "the node's address (ansible_host, vllm_serve_bind_host's default)"
+            if listen.ip_literal(plain(address))
+            else "every address of the node (0.0.0.0, vllm_serve_bind_host's default where ansible_host "
+            "is not an IP address)"
+        )
+        origin = origin_of(pools)
+    problem = listen.engine_problem(plain(bind), False, False)
+    if problem is None:
+        return
+    if "vllm_serve_api_key" in variables:
+        origin = origin_of(key) or origin
+    report.add(
+        _scope_for(host, origin, scopes),
+        "vllm_serve_api_key",
+        plain(key) if "vllm_serve_api_key" in variables else _MISSING,
+        listen.open_engine_problem(where),
+        origin,
+    )
 
 
 def host_issues(host: str, variables: Mapping[str, Any]) -> list[str]:

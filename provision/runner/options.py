@@ -1,8 +1,9 @@
 """ansible-playbook's connection, privilege and vault options, as one value the CLI builds and the runner
 hands on, and how secrets reach a run without landing in its run directory.
 
-ansible-runner keeps a run's command line (``artifacts/<ident>/command``, with the whole environment) and,
-unless told not to, copies of what it was given (``env/cmdline``, ``env/extravars``, ``env/passwords``).
+ansible-runner keeps a run's command line (``artifacts/<ident>/command``, with the run's environment, the
+allow-list of :mod:`provision.runner.environment`) and, unless told not to, copies of what it was given
+(``env/cmdline``, ``env/extravars``, ``env/passwords``).
 So no secret is ever put on the command line or in the environment: extra variables typed on the command
 line, passwords typed at a prompt (``-k``, ``-K``, ``--ask-vault-pass``) go into files of a private folder
 outside the run directory (``--extra-vars @FILE``, ``--connection-password-file``, ``--become-password-file``,

@@ -23,6 +23,7 @@ from typing import Any
 
 from provision import paths
 from provision.errors import EnvironmentProblem
+from provision.runner.environment import confine, refuse_secrets
 from provision.runner.events import Event, Observer
 from provision.runner.options import AnsibleOptions, ExtraVars, extra_vars_args, private_folder
 
@@ -230,7 +231,9 @@ def run_playbook(
     options: AnsibleOptions | None = None,
 ) -> RunResult:
     """Run ``playbooks/<playbook>`` against ``inventory`` through ansible-runner; no secret of ``extra_vars``
-    or ``options`` is written into the run directory (see :mod:`provision.runner.options`)."""
+    or ``options`` is written into the run directory (see :mod:`provision.runner.options`), and of the
+    environment only the allow-list of :mod:`provision.runner.environment` reaches the run."""
+    refuse_secrets()
     options = options or AnsibleOptions()
     with private_folder() as private:
         return _run_playbook(
@@ -276,6 +279,7 @@ def _run_playbook(
         "inventory": _inventory_arg(inventory),
         "envvars": envvars,
         "event_handler": collector.handle,
+        "status_handler": confine(envvars),
         "quiet": True,
         "verbosity": verbosity or None,
         # No env/ copies of what the run is given: its command line names files, never secrets, and it is
@@ -345,7 +349,9 @@ def run_module(
             observer(event)
         return True
 
+    refuse_secrets()
     options = options or AnsibleOptions()
+    envvars = {**ansible_env(), **options.env()}
     with tempfile.TemporaryDirectory(prefix=f"provision-{verb}-") as private, private_folder() as secrets:
         args = options.args(secrets)
         runner = ansible_runner.run(
@@ -356,9 +362,10 @@ def run_module(
             module_args=module_args,
             limit=limit,
             extravars=dict(extra_vars or {}),
-            envvars={**ansible_env(), **options.env()},
+            envvars=envvars,
             cmdline=shlex.join(args) if args else None,
             event_handler=handle,
+            status_handler=confine(envvars),
             quiet=True,
         )
         rc = int(runner.rc if runner.rc is not None else 1)

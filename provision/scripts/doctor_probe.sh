@@ -21,9 +21,37 @@ sec units; echo $units
 if command -v systemctl >/dev/null 2>&1; then
   sec show; systemctl show @UNIT_PROPERTIES@ docker.service $units 2>&1
 fi
+# A unit's journal: the first error block of its last @JOURNAL_SCAN@ lines with its context (the decisive
+# line of a failure sits above the long tracebacks the other processes print after it), then the last $n
+# lines; every line cut at @LINE_CHARS@ characters, so the output stays bounded.
+window() {
+  cut -c1-@LINE_CHARS@ | awk -v n="$n" -v b=@ERROR_BEFORE@ -v a=@ERROR_AFTER@ '
+    { line[NR] = $0 }
+    !f && /@ERROR_AWK@/ { f = NR }
+    END {
+      last = 0
+      if (f) { s = f - b; if (s < 1) s = 1; last = f + a; if (last > NR) last = NR
+               for (i = s; i <= last; i++) print line[i] }
+      t = NR - n + 1; if (t <= last) t = last + 1; if (t < 1) t = 1
+      if (f && t > last + 1) print "@WINDOW_GAP@"
+      for (i = t; i <= NR; i++) print line[i]
+    }'
+}
 for u in docker.service $units; do
-  sec "journal $u"; SYSTEMD_COLORS=0 journalctl -u "$u" -n "$n" --no-pager -o cat 2>&1
+  sec "journal $u"
+  SYSTEMD_COLORS=0 journalctl -u "$u" -n @JOURNAL_SCAN@ --no-pager -o cat 2>&1 | window
 done
+# The NPU driver's kernel lines: the first ones of this boot (the driver loading) and those of the last
+# @KERNEL_HOURS@ hours (journalctl -k; dmesg where there is no journal), filtered to the driver's names.
+kernel() { grep -aiE '@KERNEL_FILTER@' | cut -c1-@LINE_CHARS@; }
+if command -v journalctl >/dev/null 2>&1 && journalctl -k -b -n 1 --no-pager -q >/dev/null 2>&1; then
+  sec "kernel boot"; journalctl -k -b --no-pager -o short-iso 2>/dev/null | kernel | head -n @KERNEL_LINES@
+  sec "kernel recent"
+  journalctl -k --since "-@KERNEL_HOURS@h" --no-pager -o short-iso 2>/dev/null | kernel | tail -n @KERNEL_LINES@
+elif command -v dmesg >/dev/null 2>&1; then
+  sec "kernel dmesg"
+  dmesg 2>/dev/null | kernel | awk -v k=@KERNEL_LINES@ '{ l[NR] = $0 } END { for (i = 1; i <= NR; i++) if (i <= k || i > NR - k) print l[i] }'
+fi
 if command -v docker >/dev/null 2>&1 && systemctl is-active --quiet docker.service 2>/dev/null; then
   sec containers
   timeout 10 docker ps -a --no-trunc --format '{{.ID}} {{.Names}} {{.Status}}' 2>&1
@@ -35,5 +63,10 @@ if [ -d @DKMS_TREE@ ]; then
 fi
 # shellcheck disable=SC2012 # the newest plog by time (ls -t); the CANN runtime names them
 p=$(ls -t @PLOG_DIR@/*.log 2>/dev/null | head -n 1)
-[ -n "$p" ] && { sec "plog $p"; tail -n "$n" "$p"; }
+[ -n "$p" ] && { sec "plog $p"; tail -n "$n" "$p" | cut -c1-@LINE_CHARS@; }
+# The error lines of the newest plogs, first ones first: HCCL's and the runtime's own account of a failure.
+# shellcheck disable=SC2012,SC2045 # plog file names are the CANN runtime's: no spaces
+for p in $(ls -t @PLOG_DIR@/*.log 2>/dev/null | head -n @PLOG_FILES@); do
+  sec "plog-errors $p"; grep -a -m @PLOG_ERROR_LINES@ -E '@PLOG_ERROR@' "$p" | cut -c1-@LINE_CHARS@
+done
 exit 0

@@ -4,7 +4,7 @@ The vllm_serve role runs every instance as a systemd unit ``vllm-<pool>.service`
 args file holds the whole ``docker run`` (in the foreground, ``--rm --name vllm-<pool>``), so systemd
 watches the container through the CLI: the unit is alive while the container runs, and the container's
 output is the unit's journal. This module builds that command line from an :class:`~provision.serving.
-profiles.Instance` (whose vLLM arguments come from :func:`~provision.serving.profiles.vllm_args`, the one
+plan.PoolPlan` (whose vLLM arguments come from :func:`~provision.serving.profiles.vllm_args`, the one
 implementation shared with service mode) and the role's container settings:
 
 - only the pool's NPUs: with the Ascend Docker Runtime as docker's default runtime (``devices="runtime"``)
@@ -140,7 +140,7 @@ def run_argv(
     settings: ContainerSettings,
     command: Sequence[str] = (),
 ) -> list[str]:
-    """``docker run`` for one instance (a :meth:`~provision.serving.profiles.Instance.as_dict`), ending
+    """``docker run`` for one instance (a :meth:`~provision.serving.plan.PoolPlan.as_dict`), ending
     with the image, ``command`` (empty: the image's entrypoint serves the arguments that follow) and the
     instance's vLLM arguments."""
     pool = str(instance["pool"])

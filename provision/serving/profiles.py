@@ -10,8 +10,10 @@ turns (profile, pool) into:
 - :func:`vllm_args`: the arguments after ``python -m vllm.entrypoints.openai.api_server`` (or ``vllm
   serve``), every flag from a profile field (:data:`~provision.inventory.schema.PROFILE_FLAGS`), then the
   profile's ``extra_args``;
-- :func:`vllm_env`: the environment (the profile's, plus per-node HCCL settings for multi-node profiles);
-- :func:`instances`: both for every served pool of a node, as plain data for the ``vllm_serve`` role.
+- :func:`vllm_env`: the environment (the profile's, plus per-node HCCL settings for multi-node profiles).
+
+:func:`provision.serving.plan.pool_plans` puts both together, with the load budget, for every served pool
+(the serving plan every reader uses).
 
 The API key never appears here: vLLM reads it from ``VLLM_API_KEY`` (same as ``--api-key``), which the role
 writes to a root-only environment file, so it stays out of ``ps``, the journal and the args file.
@@ -22,19 +24,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provision.inventory.budget import check_overrides, load_budget
-from provision.inventory.load import plain
-from provision.inventory.profiles import (
-    DEFAULT_DP_RPC_PORT,
-    ProfileError,
-    all_profiles,
-    check_fits,
-    profile_env,
-)
+from provision.inventory.profiles import DEFAULT_DP_RPC_PORT, ProfileError, profile_env
 from provision.inventory.rules import control_problem, name_problem
 from provision.inventory.schema import PROFILE_FLAGS, NpuPool, ServingProfile
 
@@ -52,34 +46,6 @@ class NodeRank:
 
     index: int
     head_address: str
-
-
-@dataclass(frozen=True)
-class Instance:
-    """One engine instance: a pool of one node served with one profile. Plain data for the role."""
-
-    pool: str
-    profile: str
-    unit: str
-    port: int
-    devices: list[int]
-    model: str
-    served_model_name: str
-    nodes: int
-    args: list[str]
-    env: dict[str, str]
-    load_budget_s: float | None
-    description: str = ""
-    notes: list[str] = field(default_factory=list)
-    # Where the role fetches the weights when ``model`` is not on the node yet ('' = they must be there).
-    model_url: str = ""
-    model_sha256: str = ""
-    # The load budget every layer's deadline comes from (provision.inventory.budget), and those deadlines.
-    budget_s: int = 0
-    timeouts: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def served_name(profile: ServingProfile) -> str:
@@ -164,83 +130,6 @@ def vllm_env(
             for key in IFNAME_VARIABLES:
                 env.setdefault(key, ifname)
     return env
-
-
-def instances(
-    pools: Iterable[Mapping[str, Any] | NpuPool],
-    user_profiles: Mapping[str, Any] | None = None,
-    *,
-    host: str = DEFAULT_BIND_HOST,
-    node_ip: str | None = None,
-    ifname: str | None = None,
-    extra_env: Mapping[str, Any] | None = None,
-    rank: NodeRank | None = None,
-    default_budget_s: float | None = None,
-    container: bool = True,
-    default_budget_source: str = "",
-) -> list[Instance]:
-    """An :class:`Instance` for every pool that names a profile (pools without one are not served).
-
-    Its environment also holds the load budget's environment layers (:mod:`provision.inventory.budget`)
-    that the profile's ``env`` and ``extra_env`` do not set; a setting of theirs shorter than the budget
-    raises :class:`~provision.inventory.budget.BudgetError`. ``default_budget_s``: the budget of profiles
-    without ``load_budget_s`` (``vllm_serve_load_budget_s``); ``container``: container mode (docker's
-    health start period is one of the layers)."""
-    profiles = all_profiles(user_profiles)
-    out = []
-    for raw in pools:
-        pool = raw if isinstance(raw, NpuPool) else NpuPool.model_validate(plain(raw))
-        if pool.profile is None:
-            continue
-        profile = profiles.get(pool.profile)
-        if profile is None:
-            known = ", ".join(sorted(profiles))
-            raise ProfileError(
-                f"pool {pool.name}: unknown serving profile {pool.profile!r}; defined: {known}"
-            )
-        check_fits(profile, pool, pool.profile)
-        notes = []
-        node_rank = rank
-        if profile.nodes > 1 and profile.distributed_executor_backend != "ray" and node_rank is None:
-            # The multi-node start (HCCN gate, head then workers) decides the rank; describe the head here.
-            node_rank = NodeRank(0, node_ip or "127.0.0.1")
-            notes.append("multi-node profile: arguments shown for the head node")
-        check_overrides(
-            profile, pool.profile, pool=pool.name, extra_env=extra_env, default_s=default_budget_s
-        )
-        budget = load_budget(
-            profile,
-            pool.profile,
-            extra_env=extra_env,
-            default_s=default_budget_s,
-            default_source=default_budget_source,
-            container=container,
-        )
-        env = vllm_env(profile, pool, node_ip=node_ip, ifname=ifname, extra=extra_env)
-        for key, value in budget.env().items():
-            env.setdefault(key, value)  # the inventory's own setting (checked above) wins
-        out.append(
-            Instance(
-                pool=pool.name,
-                profile=pool.profile,
-                unit=unit_name(pool.name),
-                port=pool.port,
-                devices=list(pool.devices),
-                model=profile.model,
-                served_model_name=served_name(profile),
-                nodes=profile.nodes,
-                args=vllm_args(profile, pool, host=host, rank=node_rank),
-                env=env,
-                load_budget_s=profile.load_budget_s,
-                description=profile.description or "",
-                notes=notes,
-                model_url=profile.model_url or "",
-                model_sha256=(profile.model_sha256 or "").lower(),
-                budget_s=budget.seconds,
-                timeouts=[timeout.as_dict() for timeout in budget.timeouts],
-            )
-        )
-    return out
 
 
 def unit_name(pool: str) -> str:

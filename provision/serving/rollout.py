@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from provision.serving.profiles import instances
+from provision.serving.plan import pool_plans
 
 Replica = Mapping[str, Any]
 """``{"host", "pool", "model", "address", "port"}``: one single-node instance of a node."""
@@ -29,7 +29,7 @@ def replicas(hosts: Sequence[str], var: Callable[[str, str], Any]) -> list[dict[
     for host in hosts:
         pools = var(host, "npu_pools_list") or []
         address = str(var(host, "vllm_serve_health_host") or var(host, "ansible_host") or host)
-        for inst in instances(pools, var(host, "vllm_serve_profiles") or {}):
+        for inst in pool_plans(pools, var(host, "vllm_serve_profiles") or {}):
             if inst.nodes == 1:
                 out.append(
                     {

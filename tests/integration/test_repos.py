@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provision import openpgp
 from provision.ascend import lock
 from provision.inventory.schema import HostSettings
 from provision.inventory.validate import check
 from provision.paths import ansible_root
 from provision_sim.cluster import Cluster
 from provision_sim.mirror import repos
-from tests.helpers import gnupg_home, plain_ansible_playbook, provision_ok, sh
+from tests.helpers import Run, gnupg_home, plain_ansible_playbook, provision_cli, provision_ok, sh
 
 ROLE = ansible_root() / "roles" / "openeuler_repos"
 TIMEOUT_S = 600
@@ -101,6 +102,32 @@ def test_sim_group_vars_pass_the_inventory_validator(tmp_path: Path) -> None:
     (tmp_path / "group_vars" / "npu_nodes.yml").write_text(text)
     (tmp_path / "inventory.ini").write_text("[npu_nodes]\nnode1 ansible_host=10.200.9.11\n")
     check(tmp_path / "inventory.ini")  # raises InvalidInventory on any unknown or malformed variable
+
+
+@pytest.mark.unit
+def test_sim_names_its_own_sha256_for_the_files_the_lock_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock pins the vendor's files by name; the simulator's stand-ins carry those names but not those
+    bytes. Its inventory pins its own sha256 for exactly those names (an inventory pin wins over the lock's),
+    so the simulated cluster installs its own files while every other file keeps the mirror's list."""
+    driver = f"Ascend-hdk-910b-npu-driver_{lock.default_stack()['driver']}_linux-aarch64.run"
+    toolkit = f"Ascend-cann-toolkit_{lock.default_stack()['cann']}_linux-aarch64.run"
+    nnal = f"Ascend-cann-nnal_{lock.default_stack()['nnal']}_linux-aarch64.run"
+    ascend = tmp_path / "mirror" / "ascend"
+    ascend.mkdir(parents=True)
+    sims = {driver: "1" * 64, toolkit: "2" * 64, nnal: "3" * 64}
+    (ascend / "sha256sums.txt").write_text("".join(f"{sha}  {name}\n" for name, sha in sims.items()))
+    url = "http://10.200.9.1:8080"
+    assert "_checksums" not in repos.group_vars(url, tmp_path / "mirror")  # the lock pins nothing today
+    monkeypatch.setattr(lock, "sha256_pins", lambda: {driver: "a" * 64, toolkit: "b" * 64})
+    data = yaml.safe_load(repos.group_vars(url, tmp_path / "mirror"))
+    assert data["ascend_driver_checksums"] == {driver: "1" * 64}
+    assert data["cann_checksums"] == {toolkit: "2" * 64}  # NNAL: not pinned by the lock, not by the sim
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "npu_nodes.yml").write_text(repos.group_vars(url, tmp_path / "mirror"))
+    (tmp_path / "inventory.ini").write_text("[npu_nodes]\nnode1 ansible_host=10.200.9.11\n")
+    check(tmp_path / "inventory.ini")
 
 
 # -- the session cluster ---------------------------------------------------------------------------------
@@ -293,3 +320,57 @@ def test_plain_ansible_playbook_then_plan_other_settings(sim_cluster: Cluster, t
                 "Hold the installed kernel packages",
             }
             assert "+Trusted: yes" in changes[node.name]["Write the Ubuntu source"]
+
+
+@pytest.mark.cluster
+def test_openeuler_key_pinned_by_fingerprint(sim_cluster: Cluster, tmp_path: Path) -> None:
+    """A pinned openEuler signing key: another key stops the openEuler nodes before any repo file is
+    written (plan says so too); the right one is installed and the repo files name that copy, so dnf never
+    fetches a key from the mirror again; a repeat changes nothing. Ubuntu nodes are not concerned."""
+    served = _mirror(sim_cluster)
+    release = repos.OPENEULER_RELEASES[0]
+    key = served.root / "openeuler" / release / "OS" / platform.machine() / repos.RPM_KEY_NAME
+    (fingerprint,) = openpgp.key_fingerprints(key.read_text())  # one key signs every release of the mirror
+    wrong = fingerprint[::-1]
+    inventory = str(sim_cluster.inventory_path)
+    openeuler = [n.name for n in sim_cluster.nodes if n.flavour.startswith("openeuler")]
+    repo = "/etc/yum.repos.d/provision-openEuler.repo"
+    listing = "ls /etc/yum.repos.d /etc/pki/rpm-gpg 2>/dev/null; cat " + repo + " 2>/dev/null; true"
+    before = {name: sh(sim_cluster, name, listing) for name in openeuler}
+
+    def run(verb: str, pin: str) -> Run:
+        settings = json.dumps({"openeuler_repos_gpg_key_fingerprint": pin})
+        done = provision_cli(
+            verb, inventory, "-p", "repos", "-e", settings, "--json", runs=tmp_path, timeout=TIMEOUT_S
+        )
+        return Run(done.returncode, json.loads(done.stdout), done.stderr, 0.0)
+
+    for verb in ("plan", "apply"):
+        refused = run(verb, " ".join(wrong[i : i + 4] for i in range(0, 40, 4)))
+        assert refused.rc == 1, refused.stderr[-3000:]
+        failures = refused.failures()
+        assert sorted(failures) == sorted(openeuler), failures
+        for name in openeuler:
+            assert f"has fingerprint {fingerprint}, not the pinned {wrong}" in failures[name]
+            assert f"No repository file was written on {name}" in failures[name]
+            assert sh(sim_cluster, name, listing) == before[name], f"{verb} changed {name}"
+
+    try:
+        pinned = run("apply", fingerprint.lower())
+        assert pinned.rc == 0, (pinned.failures(), pinned.stderr[-3000:])
+        copy = f"/etc/pki/rpm-gpg/RPM-GPG-KEY-provision-{fingerprint}"
+        for name in openeuler:
+            assert sh(sim_cluster, name, f"cat {copy}") == key.read_text()
+            assert sh(sim_cluster, name, f"stat -c %a:%U {copy}").strip() == "644:root"
+            text = sh(sim_cluster, name, f"cat {repo}")
+            assert text.count(f"gpgkey=file://{copy}\n") == len(repos.OPENEULER_SECTIONS), text
+            assert "RPM-GPG-KEY-openEuler" not in text
+        again = run("apply", fingerprint)
+        assert again.rc == 0, (again.failures(), again.stderr[-3000:])
+        assert set(again.changed().values()) == {0}, again.summary["changes"]
+    finally:
+        # The session cluster's other tests expect the unpinned repo files.
+        restored = provision_cli(
+            "apply", inventory, "-p", "repos", "--json", runs=tmp_path, timeout=TIMEOUT_S
+        )
+        assert restored.returncode == 0, restored.stderr[-3000:]

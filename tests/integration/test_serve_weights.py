@@ -40,6 +40,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
 NODE = "node1"
 MODEL = "/srv/models/smollm2"  # not on the node: the engine cache is mounted elsewhere
 POOL = {"name": "smol", "devices": [0], "port": 8000, "profile": "smollm2-mirror"}
+# The engine listens on the node's address, which needs a key (provision validate refuses it otherwise).
+API_KEY = "weights-test-key"
 MARKER = ".provision-weights.json"
 LEFTOVERS = ["/srv/models/.smollm2.partial", "/srv/models/.smollm2.smollm2.tar"]
 
@@ -59,6 +61,7 @@ class Mirrored:
             "npu_pools_list": [POOL],
             "vllm_serve_mode": "service",
             "vllm_serve_venv": str(engine.engine_venv()),
+            "vllm_serve_api_key": API_KEY,
             "vllm_serve_profiles": {
                 "smollm2-mirror": {**shipped, "model": MODEL, "model_url": self.url, **(profile or {})}
             },
@@ -184,7 +187,7 @@ def test_apply_downloads_verifies_and_serves_then_changes_nothing(mirrored: Mirr
     args = mirrored.on_node("cat", "/etc/provision/serve/smol/args").splitlines()
     assert args[args.index("--model") + 1] == MODEL
     url = f"http://{mirrored.cluster.node(NODE).ip}:{POOL['port']}"
-    assert complete(url).strip(), "an empty completion"
+    assert complete(url, api_key=API_KEY).strip(), "an empty completion"
     download = run.events("vllm_serve : Download the weights archive and verify its sha256")[NODE]
     extract = run.events("vllm_serve : Extract the weights archive")[NODE]
     print(

@@ -315,6 +315,8 @@ def air_gap(cluster: Cluster, inventory: Path, arch: str) -> AirGap:
                 "bundle",
                 "serve",
                 str(bundle),
+                # the simulator's site bundle is unsigned: signing is tested in tests/unit/test_bundle.py
+                "--allow-unsigned",
                 "--bind",
                 cluster.host_ip,
                 "--port",

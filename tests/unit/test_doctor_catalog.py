@@ -9,13 +9,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision.doctor.catalog import OUTPUTS, catalog_path, load_catalog, shipped
+from provision.doctor.catalog import OUTPUTS, catalog_path, load_catalog, shipped, with_table
 from provision.doctor.conditions import CONDITIONS
 from provision.errors import InputError
 
 pytestmark = pytest.mark.unit
 
 RAW = yaml.safe_load(catalog_path().read_text(encoding="utf-8"))
+# A public issue or pull request, or a page of Huawei's Ascend documentation (its error-code reference and
+# HCCL's fault guide), which the failures of HCCL and CANN are documented in.
+PUBLIC_REPORT = (
+    r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$"
+    r"|^https://www\.hiascend\.com/(document/detail|doc_center/source)/[\w%./-]+\.html$"
+)
 
 
 def test_the_shipped_catalogue_loads_with_enough_real_entries() -> None:
@@ -38,7 +44,7 @@ def test_every_entry_compiles_and_cites_a_public_source(entry: dict[str, object]
     sources = entry["sources"]
     assert isinstance(sources, list) and sources
     for source in sources:
-        assert re.match(r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$", source["url"]), source
+        assert re.match(PUBLIC_REPORT, source["url"]), source
         assert source["shows"].strip()
     for key in ("title", "cause", "fix"):
         assert str(entry[key]).strip()
@@ -81,3 +87,23 @@ def test_a_broken_catalogue_is_refused_naming_entry_and_field(
         load_catalog(path)
     assert str(error.value).startswith(f"{path}: ")
     assert message in str(error.value)
+
+
+def test_the_doc_lists_every_known_failure_as_generated_from_the_catalogue() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "doctor.md").read_text(encoding="utf-8")
+    assert with_table(doc, shipped()) == doc, "run: python -m provision.doctor.catalog docs/doctor.md"
+    for failure in shipped().failures:
+        assert f"| `{failure.id}` |" in doc
+        for source in failure.sources:
+            assert f"({source.url})" in doc
+
+
+def test_a_peer_regex_must_name_what_it_reads(tmp_path: Path) -> None:
+    entry = dict(RAW["failures"][0])
+    entry["signature"] = {"regex": "EI0013", "in": ["plog"], "peer": "device IP ([0-9.]+)"}
+    path = tmp_path / "failures.yml"
+    path.write_text(yaml.safe_dump({"failures": [entry]}), encoding="utf-8")
+    with pytest.raises(
+        InputError, match=r"failures\.0 \(npu-busy-8005\)\.signature\.peer: .*server, npu, ip, rank"
+    ):
+        load_catalog(path)

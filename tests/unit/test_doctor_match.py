@@ -17,7 +17,7 @@ from provision.doctor.catalog import shipped
 from provision.doctor.conditions import Expected
 from provision.doctor.diagnose import diagnose
 from provision.doctor.probe import DISK_PATHS, collect, npu_pids, probe_command
-from tests.helpers import SAMPLES, probe_section, sample, without_comments
+from tests.helpers import SAMPLES, fault_logs, probe_section, sample, without_comments
 
 pytestmark = pytest.mark.unit
 
@@ -237,12 +237,15 @@ def test_each_real_log_line_is_named_with_its_fix(failure: str) -> None:
         where = "npu-smi info"
     else:
         pytest.fail(f"{failure}: no output to plant the line in")
-    assert evidence(text, failure) == [f"{where}: {line.strip()}"]
+    found = evidence(text, failure)
+    assert found[0] == f"{where}: {line.strip()}"
+    # an entry whose line names the other end adds where that is (test_doctor_real_faults.py)
+    assert all(e.startswith("  peer: ") for e in found[1:])
 
 
 def test_every_regex_entry_has_a_real_line_tested() -> None:
     regex_ids = {f.id for f in CATALOG.failures if f.signature.regex is not None}
-    assert regex_ids == set(REAL_LINES)
+    assert regex_ids == set(REAL_LINES) | {block.failure for block in fault_logs()}
 
 
 def test_platform_line_is_no_fault_when_the_plugin_activated() -> None:

@@ -517,3 +517,46 @@ def test_the_filters_name_files_as_provision_ascend_files_does(chip: str, versio
         (s["component"], s["version"], s["file"])
         for s in F.ascend_cann_steps(NOTHING, {}, version, arch="x86_64", chip=chip, nnal=False)
     ]
+
+
+# ------------------------------------------------------------------------------ what a download is checked by
+
+
+def test_a_download_is_checked_by_the_inventorys_pin_then_the_locks_then_the_mirrors_sums(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = f"Ascend-hdk-910b-npu-driver_{LOCKED['driver']}_linux-aarch64.run"
+    mirror = "http://mirror.lan/ascend/"
+    var = "ascend_driver_checksums"
+    vendor, site = "a" * 64, "b" * 64
+    assert F.ascend_file_checksum(name, {}, var, mirror) == {
+        "checksum": "sha256:http://mirror.lan/ascend/sha256sums.txt",
+        "source": "from sha256sums.txt on the mirror",
+        "pinned": False,
+    }
+    monkeypatch.setattr(lock, "sha256_pins", lambda: {name: vendor})
+    assert F.ascend_file_checksum(name, {}, var, mirror) == {
+        "checksum": f"sha256:{vendor}",
+        "source": "pinned in the version lock, provision/data/versions.yml",
+        "pinned": True,
+    }
+    assert F.ascend_file_checksum(name, {name: site}, var, mirror) == {
+        "checksum": f"sha256:{site}",
+        "source": "pinned in ascend_driver_checksums",
+        "pinned": True,
+    }
+    # another file of the node keeps the mirror's list
+    other = f"Ascend-hdk-910b-npu-firmware_{LOCKED['firmware']}.run"
+    assert F.ascend_file_checksum(other, None, var, mirror)["pinned"] is False
+
+
+@pytest.mark.parametrize("role", ["ascend_driver", "cann"])
+def test_the_fetch_tasks_take_their_checksum_and_message_from_the_filter(role: str) -> None:
+    """The roles hold no second copy of the rule: get_url's checksum and the refusal's source are the
+    filter's (its behaviour is tested above; a mismatch refusal on the cluster in test_driver.py)."""
+    tasks = yaml.safe_load((ROOT / f"roles/{role}/tasks/fetch.yml").read_text())
+    download = next(t for t in tasks if "ansible.builtin.get_url" in t)
+    assert "provision.ascend.ascend_file_checksum" in download["ansible.builtin.get_url"]["checksum"]
+    check = next(t for t in tasks if t.get("name") == "Check every .run file arrived intact")
+    assert f"__{role}_pin.source" in check["ansible.builtin.assert"]["fail_msg"]
+    assert "provision.ascend.ascend_file_checksum" in check["vars"][f"__{role}_pin"]

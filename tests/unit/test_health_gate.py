@@ -472,6 +472,20 @@ def test_cli_status_api_key_from_env(fake: FakeVllm) -> None:
     assert "Bearer k" in fake.seen_auth
 
 
+def test_cli_status_api_key_from_a_file(fake: FakeVllm, tmp_path: Path) -> None:
+    fake.api_key = "k-from-file"
+    fake.listen()
+    key_file = tmp_path / "key"
+    key_file.write_text("k-from-file\n")
+    result = CliRunner().invoke(
+        cli_app(register),
+        ["serve", "status", fake.url, "--api-key-file", str(key_file)],
+        env={"PROVISION_API_KEY": "stale"},
+    )
+    assert result.exit_code == 0, result.output
+    assert fake.seen_auth and set(fake.seen_auth) == {"Bearer k-from-file"}
+
+
 def test_cli_rejects_a_non_http_url() -> None:
     result = CliRunner().invoke(cli_app(register), ["serve", "status", "ftp://x"])
     assert isinstance(result.exception, InputError)  # `provision` turns it into exit code 2

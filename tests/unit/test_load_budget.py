@@ -18,7 +18,7 @@ from provision.cli.serve import register
 from provision.inventory import budget
 from provision.inventory.profiles import required_npus, shipped_profiles
 from provision.paths import ansible_root
-from tests.helpers import cli_app, load_module, run_cli, validate
+from tests.helpers import API_KEY_VARS, cli_app, load_module, run_cli, validate
 
 pytestmark = pytest.mark.unit
 
@@ -218,6 +218,7 @@ def test_a_short_hccl_timeout_in_a_profile_is_refused_where_it_is_written(
         "    data_parallel_size: 2\n"
         "    env: {HCCL_CONNECT_TIMEOUT: 600, HCCL_EXEC_TIMEOUT: 0}\n"
     )
+    (tmp_path / "group_vars" / "all.yml").write_text(API_KEY_VARS)
     code = run_cli(["validate", str(tmp_path / "inventory.ini")], monkeypatch)
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2

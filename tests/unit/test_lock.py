@@ -174,3 +174,82 @@ def test_a_stack_outside_the_lock_is_named_with_no_versions() -> None:
     assert chosen.expected("driver") is None
     with pytest.raises(TypeError):
         chosen.versions["driver"] = "1"  # type: ignore[index]
+
+
+# ------------------------------------------------------------------------------ sha256 of the vendor files
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(lock.sha256_pins())
+    or [pytest.param("", marks=pytest.mark.skip(reason="the lock pins no vendor file yet (no public sums)"))],
+)
+def test_every_sha256_pin_of_the_lock_is_well_formed_and_names_a_vendor_file(name: str) -> None:
+    """What the lock ships: each pin a vendor .run file's name (a typo in a name would pin nothing), its
+    value 64 lower-case hex digits, its source in a comment above it."""
+    sha = lock.sha256_pins()[name]
+    assert lock.SHA256.match(sha), (name, sha)
+    assert name.endswith(".run") and name.startswith(("Ascend-", "Atlas-A3-")), name
+    text = (ROOT / "provision/data/versions.yml").read_text()
+    before = text[: text.index(f'"{name}"')].rstrip().splitlines()[-1]
+    assert before.lstrip().startswith("#"), f"{name}: no source comment above its pin"
+
+
+def bad_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str) -> None:
+    """The shipped lock with ``table`` as its sha256 section, read afresh (the caller clears the cache)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shipped = (ROOT / "provision/data/versions.yml").read_text()
+    assert "\nsha256: {}\n" in shipped
+    (data / "versions.yml").write_text(shipped.replace("\nsha256: {}\n", f"\nsha256:\n{table}"))
+    monkeypatch.setattr(lock, "data_dir", lambda: data)
+    lock.load_lock.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        (
+            '  "Ascend-hdk-910b-npu-driver_25.5.1_linux-aarch64.run": "abc"\n',
+            "versions.yml: sha256.Ascend-hdk-910b-npu-driver_25.5.1_linux-aarch64.run = 'abc': must be 64 "
+            "lower-case hex digits (sha256sum's first column)",
+        ),
+        (
+            f'  "ascend/Ascend-cann-toolkit_9.1.0_linux-aarch64.run": "{"a" * 64}"\n',
+            "versions.yml: sha256: 'ascend/Ascend-cann-toolkit_9.1.0_linux-aarch64.run': not a file name",
+        ),
+        (
+            f'  "Ascend-cann-toolkit_9.1.0_linux-aarch64.run": "{"A" * 64}"\n',
+            "must be 64 lower-case hex digits",
+        ),
+    ],
+    ids=["short", "folder", "upper-case"],
+)
+def test_validate_refuses_a_malformed_pin_of_the_lock(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    table: str,
+    said: str,
+) -> None:
+    bad_lock(tmp_path, monkeypatch, table)
+    try:
+        inventory = write_tree(tmp_path / "site", {"inventory.ini": GOOD_INI})
+        assert run_cli(["validate", str(inventory)], monkeypatch) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err
+    finally:
+        lock.load_lock.cache_clear()
+
+
+def test_a_pin_in_the_inventory_wins_over_the_lock_and_the_lock_over_the_mirror(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = "Ascend-hdk-910b-npu-driver_25.5.1_linux-aarch64.run"
+    vendor, site = "a" * 64, "b" * 64
+    monkeypatch.setattr(lock, "sha256_pins", lambda: {name: vendor})
+    assert lock.file_pin(name) == lock.Pin(vendor, lock.LOCK_SOURCE)
+    assert lock.file_pin(name, {name: site.upper()}, "ascend_driver_checksums") == lock.Pin(
+        site, "ascend_driver_checksums"
+    )
+    assert lock.file_pin("Ascend-cann-nnal_9.1.0_linux-aarch64.run") == lock.Pin(None, "")

@@ -19,6 +19,7 @@ from provision.ascend import (
     parse_hccn_ping,
     parse_lspci,
     parse_npu_smi_common,
+    parse_npu_smi_health,
     parse_npu_smi_info,
     parse_npu_smi_power,
     parse_npu_smi_usages,
@@ -136,3 +137,28 @@ def test_facts_of_an_a3_node() -> None:
     assert len(npus["chips"]) == 16 and npus["all_healthy"] is True
     # per chip, as the PCI view counts: the driver role's check `health | length == count` holds
     assert npus["health"] == {str(i): "OK" for i in range(16)}
+
+
+def test_health_at_device_level_as_npu_smi_prints_it() -> None:
+    # `npu-smi info -t health -i 0` without -c (the npu-smi reference's example): one section per chip with
+    # "Health", then the MCU's; the command failures.yml tells operators to run
+    health = parse_npu_smi_health(sample("npu_smi_info_t_health_i_0.txt"))
+    assert health.ok and health.status == "OK"
+    assert health.npu_id == 0 and health.chips == ((0, "OK"),)
+    assert health.error_codes == ()
+    # the chip-level layout (-c 0) still reads as before
+    misc = sample_segments("npu_smi_info_misc.txt")
+    chip = parse_npu_smi_health(next(s for s in misc if s.lstrip().startswith("Health Status")))
+    assert chip.ok and chip.status == "OK" and chip.chips == ((None, "OK"),)
+
+
+def test_health_at_device_level_names_the_worst_chip() -> None:
+    from provision_sim.hardware.node.ascendsim.npusmi import render_health_device
+
+    health = parse_npu_smi_health(render_health_device(3, ["OK", "Critical"]))
+    assert not health.ok and health.status == "Critical"
+    assert health.npu_id == 3 and health.chips == ((0, "OK"), (1, "Critical"))
+    with pytest.raises(ParseError, match="Health Status"):
+        parse_npu_smi_health(
+            "        NPU ID                         : 0\n        Chip Count                     : 1\n"
+        )

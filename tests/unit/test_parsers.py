@@ -50,7 +50,8 @@ from provision.ascend import (
     parse_npu_smi_topo,
     parse_npu_smi_usages,
 )
-from tests.helpers import SAMPLES
+from provision.doctor.catalog import shipped
+from tests.helpers import SAMPLES, fault_logs
 
 pytestmark = pytest.mark.unit
 
@@ -371,6 +372,18 @@ def check_health(text: str) -> None:
     assert h.ok
     assert h.error_codes == ()
     assert h.error_information is None
+
+
+def check_health_device(text: str) -> None:
+    h = parse_npu_smi_health(text)
+    assert h.ok and h.status == "OK"
+    assert (h.npu_id, h.chips, h.error_codes) == (0, ((0, "OK"),), ())
+
+
+def check_fault_log(text: str) -> None:
+    """A block of real failure lines (test_doctor_real_faults.py checks which entry names it)."""
+    named = [f.id for f in shipped().failures if f.signature.regex and f.search(text)]
+    assert named, text
 
 
 def check_ecc(text: str) -> None:
@@ -706,6 +719,8 @@ EXPECTED: dict[str, list[Check]] = {
     ],
     "npu_smi_info_t_board_i_0.txt": [check_board_a, check_board_b, check_board_chip],
     "npu_smi_info_t_usages_i_0.txt": [check_usages_a, check_usages_b],
+    "npu_smi_info_t_health_i_0.txt": [check_health_device],
+    "ascend_fault_logs.txt": [check_fault_log] * len(fault_logs()),
 }
 
 CASES = [

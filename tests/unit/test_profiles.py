@@ -18,7 +18,7 @@ from provision.inventory.profiles import (
     shipped_profiles,
 )
 from provision.inventory.schema import NpuPool, ServingProfile
-from provision.serving import profiles
+from provision.serving import plan, profiles
 from provision.serving.profiles import NodeRank
 from provision_sim.serving.setup import smollm2_profile
 from tests.helpers import load_module, validate
@@ -155,7 +155,7 @@ def test_instances_for_the_served_pools_only() -> None:
         {"name": "idle", "devices": [1], "port": 8001},
         {"name": "mine", "devices": [2, 3], "port": 8002, "profile": "tp2"},
     ]
-    found = profiles.instances(
+    found = plan.pool_plans(
         pools,
         {**SMOL, "tp2": {"model": "/models/m", "tensor_parallel_size": 2}},
         extra_env={"LD_LIBRARY_PATH": "/x"},
@@ -172,9 +172,9 @@ def test_instances_for_the_served_pools_only() -> None:
     }
     assert found[0].load_budget_s == 600
     with pytest.raises(ProfileError, match="unknown serving profile 'nope'"):
-        profiles.instances([{"name": "a", "devices": [0], "port": 8000, "profile": "nope"}])
+        plan.pool_plans([{"name": "a", "devices": [0], "port": 8000, "profile": "nope"}])
     with pytest.raises(ProfileError, match="needs TP x DP x PP = 1"):
-        profiles.instances([{"name": "a", "devices": [0, 1], "port": 8000, "profile": "smollm2-cpu"}], SMOL)
+        plan.pool_plans([{"name": "a", "devices": [0, 1], "port": 8000, "profile": "smollm2-cpu"}], SMOL)
 
 
 def test_user_profile_overrides_a_shipped_one() -> None:
@@ -476,7 +476,7 @@ TP2 = {"tp2": {"model": "/engine/models/m", "tensor_parallel_size": 2, "env": {"
 
 
 def _instance() -> dict[str, Any]:
-    [inst] = profiles.instances([POOL_23], TP2)
+    [inst] = plan.pool_plans([POOL_23], TP2)
     return inst.as_dict()
 
 

@@ -284,8 +284,13 @@ def test_npu_smi_health_fault_knobs(node: SimRoot) -> None:
         node.tool(NPU_SMI, "info", "-t", "health", "-i", "5", "-c", "0").stdout
     )
     assert (health.status, health.error_codes) == ("Alarm", ("80E01801",))
+    # without -c: the device-level layout (a Health line per chip, no error codes), as npu-smi prints it
     health3 = npu_smi.parse_npu_smi_health(node.tool(NPU_SMI, "info", "-t", "health", "-i", "3").stdout)
-    assert health3.status == "Critical" and health3.error_codes
+    assert health3.status == "Critical" and health3.chips == ((0, "Critical"),) and not health3.ok
+    chip3 = npu_smi.parse_npu_smi_health(
+        node.tool(NPU_SMI, "info", "-t", "health", "-i", "3", "-c", "0").stdout
+    )
+    assert chip3.status == "Critical" and chip3.error_codes
     ecc = npu_smi.parse_npu_smi_ecc(node.tool(NPU_SMI, "info", "-t", "ecc", "-i", "3").stdout)
     assert ecc.hbm_double_bit_errors == 2 and ecc.has_uncorrectable
     node.set_faults({"npu_health": None})

@@ -19,6 +19,10 @@ from provision_sim.serving.setup import SERVE_POOL, serving_group_vars
 
 pytestmark = pytest.mark.unit
 
+# `provision sim up --serve` writes the engines' API key beside these variables (write_api_key, tested below):
+# the nodes' engines listen on their addresses, which provision validate refuses without one.
+KEY = {"vllm_serve_api_key": "written-by-provision-serve-key"}
+
 
 def test_serving_group_vars_append_to_the_mirror_vars_and_pass_validation() -> None:
     text = repos.group_vars("http://10.200.0.1:8080") + serving_group_vars("service")
@@ -27,7 +31,7 @@ def test_serving_group_vars_append_to_the_mirror_vars_and_pass_validation() -> N
     assert settings["vllm_serve_mode"] == "service"
     assert settings["vllm_serve_venv"] == str(engine.engine_venv())
     assert settings["openeuler_repos_mirror_url"] == "http://10.200.0.1:8080/openeuler"  # not clobbered
-    assert host_issues("node1", settings) == []
+    assert host_issues("node1", {**settings, **KEY}) == []
 
 
 def test_container_mode_without_a_mirror_loads_the_sim_image_from_its_file_url(
@@ -44,7 +48,7 @@ def test_container_mode_without_a_mirror_loads_the_sim_image_from_its_file_url(
     assert settings["vllm_serve_image_url"] == "file:///cache/serve-images/v.tar"
     assert settings["vllm_serve_image_checksum"] == "ab" * 32
     assert settings["vllm_serve_container_volumes"] == ["/var/cache/provision-engine", "/py"]
-    assert host_issues("node1", settings) == []
+    assert host_issues("node1", {**settings, **KEY}) == []
     assert sim_engine.SERVE_MODE == "container", "the demo serves in the role's default mode"
 
 
@@ -80,7 +84,7 @@ def test_container_mode_with_a_mirror_downloads_the_image_over_http(
     assert settings["vllm_serve_image"] == "provision-sim/vllm-cpu:1"
     assert settings["vllm_serve_image_url"] == "http://10.200.0.1:8080/images/vllm-cpu-0123456789ab.tar"
     assert "vllm_serve_image_checksum" not in settings, "the role reads it from the mirror's sha256sums.txt"
-    assert host_issues("node1", settings) == []
+    assert host_issues("node1", {**settings, **KEY}) == []
     served = root / "images" / "vllm-cpu-0123456789ab.tar"
     assert served.stat().st_ino == image.path.stat().st_ino, "a hard link, no second copy"
     assert repos.read_sums(root / "images" / "sha256sums.txt") == {

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from provision.cli import _playbook
-from tests.helpers import GOOD_INI, run_cli, write_tree
+from tests.helpers import API_KEY_VARS, GOOD_INI, TEST_API_KEY, run_cli, write_tree
 
 pytestmark = pytest.mark.unit
 
@@ -290,7 +290,7 @@ def test_multinode_pool_on_whole_groups_passes(
         tmp_path,
         {
             "inventory.ini": GOOD_INI + "node3\nnode4\nlonely\n",
-            "group_vars/npu_nodes.yml": MULTINODE_POOL,
+            "group_vars/npu_nodes.yml": MULTINODE_POOL + API_KEY_VARS,
             "host_vars/lonely.yml": "npu_pools_list: []\n",
         },
     )
@@ -337,8 +337,9 @@ def test_preflight_filter_accepts_the_tagged_values_ansible_hands_it() -> None:
     }
     pool["devices"] = [origin.tag(i) for i in range(8)]
     assert type(pool["port"]) is not int  # really the tagged type, or this test proves nothing
-    assert host_issues("node1", {"npu_pools_list": [pool]}) == []
+    key = {"vllm_serve_api_key": origin.tag(TEST_API_KEY)}  # served on node1's address: it needs one
+    assert host_issues("node1", {"npu_pools_list": [pool], **key}) == []
     bad = {**pool, "port": origin.tag("eighty")}
-    assert host_issues("node1", {"npu_pools_list": [bad]}) == [
+    assert host_issues("node1", {"npu_pools_list": [bad], **key}) == [
         "npu_pools_list[0].port = 'eighty': must be a whole number"
     ]

@@ -687,3 +687,60 @@ def test_inventory_folder_with_a_symlink_back_up_is_refused(
     os.symlink("..", tmp_path / "inventory" / "up")
     err = refused(tmp_path / "inventory", monkeypatch, capsys)
     assert "up: is a symlink loop: it leads back to a folder above it" in err
+
+
+# --- verified supply: sha256 pins and the openEuler key's fingerprint ----------------------------------
+
+SUPPLY_PINS: list[tuple[str, str, str]] = [
+    (
+        "short-sha256",
+        "ascend_driver_checksums: {'Ascend-hdk-910b-npu-driver_25.5.1_linux-aarch64.run': 'abc123'}\n",
+        "group_vars/npu_nodes.yml:1: group npu_nodes: "
+        "ascend_driver_checksums.Ascend-hdk-910b-npu-driver_25.5.1_linux-aarch64.run = 'abc123': "
+        "must look like 64 hex digits (sha256sum's first column)",
+    ),
+    (
+        "md5-not-sha256",
+        "cann_checksums:\n  Ascend-cann-toolkit_9.1.0_linux-aarch64.run: d41d8cd98f00b204e9800998ecf8427e\n",
+        "cann_checksums.Ascend-cann-toolkit_9.1.0_linux-aarch64.run = 'd41d8cd98f00b204e9800998ecf8427e': "
+        "must look like 64 hex digits",
+    ),
+    (
+        "fingerprint-too-short",
+        "openeuler_repos_gpg_key_fingerprint: 'ABCD 1234'\n",
+        "group_vars/npu_nodes.yml:1: group npu_nodes: openeuler_repos_gpg_key_fingerprint = 'ABCD 1234': "
+        "must be a key fingerprint: 40 hex digits, as gpg --fingerprint prints them",
+    ),
+    (
+        "fingerprint-a-key-id",
+        "openeuler_repos_gpg_key_fingerprint: 'B25E7F66'\n",
+        "openeuler_repos_gpg_key_fingerprint = 'B25E7F66': must be a key fingerprint",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("group_vars", "expected"), [(g, e) for _, g, e in SUPPLY_PINS], ids=[c[0] for c in SUPPLY_PINS]
+)
+def test_a_malformed_pin_is_refused(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    group_vars: str,
+    expected: str,
+) -> None:
+    write_tree(tmp_path, {"inventory.ini": GOOD_INI, "group_vars/npu_nodes.yml": group_vars})
+    err = refused(tmp_path, monkeypatch, capsys)
+    assert expected in err, err
+    assert "1 problem(s)" in err
+
+
+def test_well_formed_pins_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group_vars = (
+        f"ascend_driver_checksums: {{'Ascend-hdk-910b-npu-driver_25.5.1_linux-aarch64.run': '{'A1' * 32}'}}\n"
+        "openeuler_repos_gpg_key_fingerprint: '0123 4567 89AB CDEF 0123  4567 89AB CDEF 0123 4567'\n"
+    )
+    write_tree(tmp_path, {"inventory.ini": GOOD_INI, "group_vars/npu_nodes.yml": group_vars})
+    accepted(tmp_path, monkeypatch, capsys)

@@ -14,7 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from provision.inventory.schema import NpuPool, ServingProfile
-from provision.serving import profiles
+from provision.serving import plan
 from provision_sim.mirror import weights
 from tests.helpers import validate
 
@@ -76,11 +76,11 @@ def test_schema_rejects(fields: dict[str, Any], field: str, message: str) -> Non
 def test_instances_carry_the_url_and_a_lower_case_sha() -> None:
     user = {"mirrored": {"model": "/data/m", "model_url": "http://m/m.tar", "model_sha256": SHA.upper()}}
     pool = NpuPool(name="chat", devices=[0], port=8000, profile="mirrored")
-    (instance,) = profiles.instances([pool], user)
+    (instance,) = plan.pool_plans([pool], user)
     assert (instance.model, instance.model_url, instance.model_sha256) == ("/data/m", "http://m/m.tar", SHA)
     assert "--model" in instance.args and not any("m.tar" in arg for arg in instance.args)
     pool = NpuPool(name="c", devices=list(range(8)), port=8000, profile="chat-32b-tp8")
-    shipped = profiles.instances([pool])
+    shipped = plan.pool_plans([pool])
     assert (shipped[0].model_url, shipped[0].model_sha256) == ("", "")
 
 

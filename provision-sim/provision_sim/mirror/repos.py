@@ -56,6 +56,9 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
 
+import yaml
+
+from provision.ascend import files as ascend_files
 from provision.ascend import lock
 from provision.ascend.hardware import load_hardware
 from provision.errors import EnvironmentProblem, ProvisionError
@@ -1143,8 +1146,32 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def group_vars(url: str) -> str:
-    """Variables pointing the roles at the mirror served at ``url`` (``group_vars/npu_nodes.yml``)."""
+def own_pins(root: Path) -> dict[str, dict[str, str]]:
+    """The simulator's own sha256 of every file of its mirror that the version lock pins, by the inventory
+    variable that pins it (``ascend_driver_checksums``, ...).
+
+    The lock pins the vendor's files by name; the simulator builds stand-ins under the same names, which can
+    never have the vendor's sha256. The inventory's pin wins over the lock's, so the simulated cluster names
+    its own, and only for the names the lock pins: every other file keeps the mirror's ``sha256sums.txt``.
+    """
+    pinned = lock.sha256_pins()
+    pins: dict[str, dict[str, str]] = {}
+    for name, sha in sorted(read_sums(root / "ascend" / "sha256sums.txt").items()):
+        if name in pinned:
+            pins.setdefault(ascend_files.pin_variable(name), {})[name] = sha
+    return pins
+
+
+def group_vars(url: str, root: Path | None = None) -> str:
+    """Variables pointing the roles at the mirror served at ``url`` (``group_vars/npu_nodes.yml``); with the
+    mirror's ``root``, the simulator's own sha256 of the files the version lock pins (:func:`own_pins`)."""
+    pins = own_pins(root) if root is not None else {}
+    own = (
+        "# The lock pins the vendor's sha256 of these names; the simulator's files are its own builds.\n"
+        + yaml.safe_dump(pins, default_flow_style=False, sort_keys=True)
+        if pins
+        else ""
+    )
     return (
         "---\n"
         "# Written by `provision sim up`: packages and installers come from the cluster's local mirror,\n"
@@ -1157,5 +1184,5 @@ def group_vars(url: str) -> str:
         "openeuler_repos_disable_other_sources: true\n"
         "# No registry either: the container runtime's verification image is loaded from the mirror.\n"
         f"container_runtime_verify_image: {VERIFY_IMAGE}\n"
-        f"container_runtime_verify_image_url: {url}/images/{VERIFY_IMAGE_FILE}\n"
+        f"container_runtime_verify_image_url: {url}/images/{VERIFY_IMAGE_FILE}\n" + own
     )

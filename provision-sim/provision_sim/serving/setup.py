@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from provision.errors import ProvisionError
 from provision_sim import rootfs
 from provision_sim.mirror import repos
 from provision_sim.serving import image as serve_image
@@ -110,3 +112,24 @@ def serving_group_vars(mode: str = SERVE_MODE, cluster_dir: Path | None = None) 
         f"# from pool {SERVE_POOL['name']!r}. On NPU servers a pool names an Ascend profile\n"
         "# (provision/data/profiles)\n" + yaml.safe_dump(settings, sort_keys=False, default_flow_style=None)
     )
+
+
+KEY_GROUP = "all"
+"""The group whose ``group_vars/<group>/`` gets the engines' API key: ``npu_nodes``'s variables are one file
+(``group_vars/npu_nodes.yml``), which Ansible stops reading once a ``group_vars/npu_nodes/`` folder exists."""
+
+
+def write_api_key(inventory: Path) -> str:
+    """Give the simulated engines an API key as a careful operator would, with the product's own command
+    (``provision serve key``, run as a program: the rig does not reach into provision's internals). The
+    engines listen on the nodes' addresses, which ``provision validate`` refuses without a key. Plain text,
+    0600: a rehearsal rig has no vault password. A key already there is kept. Returns what to tell the
+    user."""
+    existing = inventory.parent / "group_vars" / KEY_GROUP / "vllm_serve_api_key.yml"
+    if existing.is_file():
+        return f"API key: {existing} (kept)"
+    argv = [sys.executable, "-m", "provision", "serve", "key", str(inventory), "--group", KEY_GROUP]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ProvisionError(f"provision serve key: {(done.stderr or done.stdout).strip()}")
+    return f"API key: {existing} (plain text, mode 0600: the rig has no vault password)"

@@ -159,7 +159,9 @@ def test_apply_installs_the_exporters_then_changes_nothing(monitored: Monitored)
         assert served.sh(node, "systemctl", "is-active", EXPORTER_UNIT).strip() == "active"
         assert served.sh(node, "systemctl", "is-enabled", EXPORTER_UNIT).strip() == "enabled"
         unit = served.sh(node, "systemctl", "cat", EXPORTER_UNIT)
-        assert f"-ip=0.0.0.0 -port={EXPORTER_PORT} -updateTime={UPDATE_S} -containerMode=docker" in unit
+        # on the node's management address (its ansible_host), not every address
+        ip = served.cluster.node(node).ip
+        assert f"-ip={ip} -port={EXPORTER_PORT} -updateTime={UPDATE_S} -containerMode=docker" in unit
         package, unit = node_exporter_of(served, node)
         assert served.sh(node, "systemctl", "is-active", unit).strip() == "active", (node, unit)
         assert served.sh(node, "systemctl", "is-enabled", unit).strip() == "enabled", (node, unit)

@@ -115,6 +115,8 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
             assert args[:5] == ["docker", "run", "--rm", "--name", CONTAINER]
             assert args[args.index(served.image.tag) + 1 :][:2] == ["--model", str(engine.model_dir())]
         assert args[args.index("--port") + 1] == "8000"
+        ip = served.cluster.node(node).ip  # the default bind: the node's management address, not 0.0.0.0
+        assert args[args.index("--host") + 1] == ip, args
         secret = served.sh(node, "stat", "-c", "%a %U", "/etc/provision/serve/smol/secret.env")
         assert secret.split() == ["600", "root"]
         processes = served.sh(node, "ps", "-eo", "args")

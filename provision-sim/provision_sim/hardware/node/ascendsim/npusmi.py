@@ -439,6 +439,16 @@ def render_health(status: str, code: str = "NA", info: str = "NA") -> str:
     )
 
 
+def render_health_device(npu_id: int, statuses: list[str]) -> str:
+    """``npu-smi info -t health -i N`` without ``-c``: one section per chip, then the MCU's (the layout of
+    the npu-smi reference's example, tests/fixtures/samples/npu_smi_info_t_health_i_0.txt)."""
+    head = _kv("NPU ID", npu_id) + "\n" + _kv("Chip Count", len(statuses))
+    chips = [_kv("Chip ID", i) + "\n" + _kv("Health", s) for i, s in enumerate(statuses)]
+    worst = next((s for s in statuses if s.upper() != "OK"), "OK")
+    mcu = _kv("Health", worst) + "\n" + _kv("Chip Name", "MCU")
+    return "\n\n".join([head, *chips, mcu]) + "\n"
+
+
 ECC_KEYS = (
     "DDR Single Bit Error Count",
     "DDR Double Bit Error Count",
@@ -905,6 +915,10 @@ def info(node: Node, args: Sequence[str]) -> str:
         mcu = {"temp_c": max(int(v["temp_c"]) for v in values) - 3, "power_w": mcu_power}
         return render_common_chips(card, values, mcu)
     if t == "health":
+        if "c" not in opts:
+            return render_health_device(
+                card, [npu_health(node.config, int(c["id"]))[0] for c in node.chips(card)]
+            )
         return render_health(*npu_health(node.config, chip_id))
     if t == "ecc":
         ecc = (common.faults(dict(node.config)).get("ecc") or {}).get(str(chip_id)) or {}
