@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import IO, Literal
@@ -186,14 +187,50 @@ def _gpg() -> str:
 def _gpg_argv(home: Path | None) -> list[str]:
     # Same invocation as the rig's repository signing: batch, no prompts, an empty passphrase is accepted.
     argv = [_gpg(), "--batch", "--yes", "--quiet", "--pinentry-mode", "loopback"]
-    return argv + (["--homedir", str(home)] if home is not None else [])
+    return argv + (["--homedir", str(gpg_home(home))] if home is not None else [])
+
+
+_SOCKET_ROOM = 106 - len("/S.gpg-agent.browser")
+"""The longest GnuPG home whose agent sockets gpg-agent accepts (measured with GnuPG 2.2: a 107-byte socket
+path is "too long" for it, below the 108 bytes of a Unix socket path)."""
+
+
+def gpg_home(home: Path) -> Path:
+    """``home``, or a short link to it where the agent's sockets would not fit a Unix socket path below it:
+    gpg-agent then fails to start ("No agent running"), unless the machine has /run/user/UID (a systemd
+    login session) for them, which a CI runner or a root cron job has not."""
+    if len(str(home)) <= _SOCKET_ROOM:
+        return home
+    base = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+    links = base / f"provision-gnupg-{os.getuid()}"
+    links.mkdir(mode=0o700, exist_ok=True)
+    link = links / hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:16]
+    if not (link.is_symlink() and link.resolve() == home.resolve()):
+        link.unlink(missing_ok=True)
+        link.symlink_to(home.resolve(), target_is_directory=True)
+    return link
+
+
+_AGENT_NOT_UP = ("No agent running", "can't connect to the agent", "no gpg-agent running")
+
+
+def run_gpg(argv: list[str], attempts: int = 3) -> subprocess.CompletedProcess[str]:
+    """Run gpg; again when it gave up waiting for the gpg-agent it starts itself (its wait is a few
+    seconds, which a loaded machine can outlast: the agent is up by the next try)."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    for _ in range(attempts - 1):
+        if done.returncode == 0 or not any(text in done.stderr for text in _AGENT_NOT_UP):
+            break
+        time.sleep(1)
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return done
 
 
 def sign(manifest: Path, key: str, home: Path | None = None) -> Path:
     """``manifest.json.asc`` beside ``manifest``: an armored detached signature by ``key``."""
     output = manifest.with_name(SIGNATURE)
     argv = [*_gpg_argv(home), "--local-user", key, "--armor", "--detach-sign", "--output", str(output)]
-    done = subprocess.run([*argv, str(manifest)], capture_output=True, text=True, check=False)
+    done = run_gpg([*argv, str(manifest)])
     if done.returncode != 0:
         raise InputError(
             f"--sign-key {key}: gpg could not sign {manifest.name}: {done.stderr.strip()[-800:]}"

@@ -161,12 +161,13 @@ def stop_agent(home: Path) -> None:
     """Stop the gpg-agent that signing started for the build's own GnuPG home (it would outlive the build)."""
     if shutil.which("gpgconf"):
         subprocess.run(
-            ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True
+            ["gpgconf", "--homedir", str(mf.gpg_home(home)), "--kill", "gpg-agent"],
+            check=False,
+            capture_output=True,
         )
 
 
 def _gpg(home: Path | None, *args: str, what: str = "") -> None:
-    argv = [*mf._gpg_argv(home), *args]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = mf.run_gpg([*mf._gpg_argv(home), *args])
     if done.returncode != 0:
         raise InputError(f"{what or 'gpg ' + ' '.join(args[:2])}: {done.stderr.strip()[-800:]}")

@@ -23,6 +23,8 @@ import pytest
 
 from provision.ascend import lock
 from provision.bundle import serve
+from provision.bundle.manifest import gpg_home
+from provision.bundle.repos import ensure_key, stop_agent
 from tests.helpers import TEST_API_KEY, gnupg_home, run_cli, write_tree
 
 pytestmark = pytest.mark.unit
@@ -903,7 +905,7 @@ def test_sign_repos_writes_release_files_of_what_the_bundle_holds_signed_by_its_
 ) -> None:
     output = tmp_path / "rack.tar"
     own = tmp_path / "rack.tar.gnupg"
-    request.addfinalizer(lambda: subprocess.run(["gpgconf", "--homedir", str(own), "--kill", "gpg-agent"]))
+    request.addfinalizer(lambda: stop_agent(own))
     assert build(monkeypatch, inventory, output, mirror, "--sign-repos") == 0
     assert f"generated the bundle's repository key in {own}" in capsys.readouterr().err
     files = members(output)
@@ -973,3 +975,25 @@ def test_repo_key_signs_with_the_users_key_and_an_unknown_one_is_bad_input(
     assert files["ubuntu/provision-bundle-archive-keyring.asc"] == mine
     assert gpgv(mine, tmp_path / "rack.tar.work/ubuntu/dists/jammy/InRelease", tmp_path).returncode == 0
     assert not (tmp_path / "rack.tar.gnupg").exists()
+
+
+@pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed")
+def test_the_bundles_own_key_is_made_below_a_folder_too_deep_for_the_agents_socket(tmp_path: Path) -> None:
+    """A GnuPG home whose agent sockets gpg-agent finds too long (107 bytes or more): it failed to
+    start there ("No agent running") on a machine without /run/user/UID, as pytest-xdist's deeper temporary
+    folders showed. gpg gets a short link to the folder instead."""
+    deep = tmp_path / ("d" * 60) / "rack.tar"
+    deep.parent.mkdir()
+    own = deep.with_name("rack.tar.gnupg")
+    assert len(f"{own}/S.gpg-agent.browser") > 106
+    try:
+        key, home, generated = ensure_key(deep, None, None)
+        assert (home, generated) == (own, True)
+        short = gpg_home(own)
+        assert len(f"{short}/S.gpg-agent.browser") <= 106 and short.resolve() == own.resolve()
+        listed = subprocess.run(
+            ["gpg", "--homedir", str(short), "--list-secret-keys", key], capture_output=True, text=True
+        )
+        assert listed.returncode == 0, listed.stderr
+    finally:
+        stop_agent(own)
