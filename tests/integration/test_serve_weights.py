@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provision.inventory.rules import MEBIBYTES
 from provision_sim.cluster import Cluster
 from provision_sim.mirror.weights import ModelArchive, mirror_model
 from provision_sim.serving import vllm_cpu as engine
@@ -120,7 +121,7 @@ def test_plan_would_download_once_for_two_pools_sharing_the_weights(mirrored: Mi
 
 
 def test_a_disk_too_small_is_refused_before_downloading(mirrored: Mirrored) -> None:
-    reserve = 10**9  # MiB: no disk of the node holds the archive, its copy and this
+    reserve = int(MEBIBYTES.high)  # 64 TiB, the most validate takes: no disk of the node holds it
     mirrored.settings(vllm_serve_model_reserve_mb=reserve)
     before = mirrored.archive_requests()
     run = mirrored.apply()
