@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # cluster mostly waits on its engines, so a second group of tests runs beside it); 0 runs in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: setup deps demo demo-down test lint unit
+.PHONY: setup deps demo demo-down test lint unit k8s-rig
 
 setup: $(VENV)/.installed deps
 
@@ -48,7 +48,13 @@ lint: setup
 unit: setup
 	$(BIN)/pytest -m unit -q -n $(TEST_WORKERS)
 
+# The Kubernetes test control plane's binaries (kube-apiserver, kube-controller-manager, kube-scheduler),
+# built once from Debian's `kubernetes` source into /var/cache/provision-k8s (tens of minutes the first time,
+# instant after; a failed build stops here with the failing step's output, before any test runs).
+k8s-rig: setup deps
+	$(BIN)/python -m provision_sim.k8s.build prepare
+
 # Everything: lint, then every test layer, on TEST_WORKERS pytest-xdist workers. The groups and their order
 # are tests/conftest.py's.
-test: lint
+test: lint k8s-rig
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder

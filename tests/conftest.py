@@ -23,9 +23,11 @@ from typing import Any, NoReturn
 
 import pytest
 
-from provision.errors import EnvironmentProblem
+from provision.errors import EnvironmentProblem, ProvisionError
 from provision.runner.run import ansible_env
 from provision_sim.cluster import BOOT_TIMEOUT_S, Cluster, state_root
+from provision_sim.k8s import build as k8s_build
+from provision_sim.k8s.controlplane import ControlPlane
 from provision_sim.system import require_host
 
 # One cluster per pytest process, so two sessions (two engineers, or CI and a developer) never share
@@ -62,6 +64,8 @@ SESSION_CLUSTER_MODULES = frozenset(
 """The modules whose tests use the session cluster (``sim_cluster``): one group. A module that uses it and is
 missing here is refused at collection, so the cluster is never started twice."""
 _SESSION_CLUSTER_FIXTURES = {"sim_cluster", "sim_inventory", "sim_ansible"}
+K8S_PACKAGE = "tests/integration/k8s/"
+"""The tests of the Kubernetes control plane (``k8s_control_plane``): one group, so one control plane."""
 
 
 def xdist_group(nodeid: str) -> str:
@@ -69,6 +73,8 @@ def xdist_group(nodeid: str) -> str:
     module = nodeid.split("::", 1)[0]
     if module.startswith(SERVING_PACKAGE):
         return "serving"
+    if module.startswith(K8S_PACKAGE):
+        return "k8s"
     if module in SESSION_CLUSTER_MODULES:
         return "sim_cluster"
     return module
@@ -94,15 +100,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"{module} uses {', '.join(sorted(uses))}: add it to SESSION_CLUSTER_MODULES "
                 "in tests/conftest.py"
             )
+        if "k8s_control_plane" in getattr(item, "fixturenames", ()) and xdist_group(item.nodeid) != "k8s":
+            raise pytest.UsageError(f"{module} uses k8s_control_plane: move it under {K8S_PACKAGE}")
 
 
-def sim_unavailable(reason: str) -> NoReturn:
+def sim_unavailable(reason: str, what: str = "simulated cluster") -> NoReturn:
     """Skip (with ``PROVISION_ALLOW_SKIP=1``) or fail: CI must never skip the cluster tests silently."""
     if os.environ.get("PROVISION_ALLOW_SKIP") == "1":
-        pytest.skip(f"simulated cluster unavailable: {reason}")
+        pytest.skip(f"{what} unavailable: {reason}")
     pytest.fail(
-        f"simulated cluster unavailable: {reason}\n"
-        "(set PROVISION_ALLOW_SKIP=1 to skip the cluster tests instead)",
+        f"{what} unavailable: {reason}\n(set PROVISION_ALLOW_SKIP=1 to skip the {what} tests instead)",
         pytrace=False,
     )
 
@@ -386,3 +393,34 @@ def sim_ansible(sim_inventory: Path) -> AnsibleRunner:
 def run_ansible() -> InventoryAnsibleRunner:
     """Ad-hoc Ansible against any inventory: ``run_ansible(cluster.inventory_path, "all", "ping")``."""
     return _run_ansible
+
+
+@pytest.fixture(scope="session")
+def k8s_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A real Kubernetes 1.20 control plane on loopback (etcd, kube-apiserver, kube-controller-manager).
+
+    The binaries come from the cache ``make k8s-rig`` fills (``provision_sim.k8s.build``); where it is empty
+    they are built here first, under the cache's lock (tens of minutes, once per machine). A failed build
+    fails the tests that use this fixture with the build's own error. Stopped (by PID) at the end.
+    """
+    try:
+        built = k8s_build.prepare(progress=lambda text: print(f"[k8s] {text}", file=sys.stderr))
+    except EnvironmentProblem as exc:
+        sim_unavailable(str(exc), what="Kubernetes control plane")
+    except ProvisionError as exc:
+        pytest.fail(f"the Kubernetes control plane could not be built: {exc}", pytrace=False)
+    print(f"[k8s] {built.summary()}", file=sys.stderr)
+    try:
+        plane = ControlPlane.start(tmp_path_factory.mktemp("k8s"))
+    except EnvironmentProblem as exc:
+        sim_unavailable(str(exc), what="Kubernetes control plane")
+    except ProvisionError as exc:  # a component exited or was not ready: its log's tail says why
+        pytest.fail(f"the Kubernetes control plane did not start: {exc}", pytrace=False)
+    atexit.register(plane.stop)
+    _interrupt_on_sigterm()
+    try:
+        yield plane
+    finally:
+        warnings = plane.stop()
+        if warnings:
+            print(f"k8s_control_plane teardown: {'; '.join(warnings)}", file=sys.stderr)
