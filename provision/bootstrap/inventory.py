@@ -307,6 +307,11 @@ class _InertDumper(yaml.SafeDumper):
 
 
 def _inert_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # Ansible reads a !unsafe scalar as the type its plain form resolves to (YAML 1.1: "22.03" a float, the
+    # PCI address "0000:01:00.0" a sexagesimal 60.0): a string that reads as anything but a string is
+    # written as a plain quoted string instead. No such string holds a template marker.
+    if dumper.resolve(yaml.ScalarNode, value, (True, False)) != "tag:yaml.org,2002:str":  # type: ignore[no-untyped-call]
+        return dumper.represent_str(value)
     return dumper.represent_scalar("!unsafe", value)
 
 

@@ -30,7 +30,9 @@ def _hostile_facts(python: str) -> dict[str, Any]:
         "hostname": PIPE,
         "arch": "aarch64",
         "os": {"id": "openEuler", "pretty_name": f"openEuler {PIPE}", "note": "{% raw %}x{% endraw %}"},
-        "npus": {"count": 8, "model": "910B", "pci_ids": ["19e5:d802"], "bus_ids": []},
+        "npus": {"count": 8, "model": "910B", "pci_ids": ["19e5:d802"], "bus_ids": ["0000:01:00.0"]},
+        "version": "22.03",
+        "flag": "yes",
         "python": {"path": python, "version": "3.9.9"},
     }
 
@@ -65,6 +67,8 @@ def test_bootstrap_writes_what_a_node_reports_as_inert_data(tmp_path: Path) -> N
     loaded = load_inventory(inventory)
     facts = loaded.hosts["node1"]["bootstrap_facts"]
     assert facts["hostname"] == PIPE and not is_trusted_as_template(facts["hostname"])
+    # Strings that read as numbers or booleans in YAML stay the strings the node reported.
+    assert (facts["npus"]["bus_ids"], facts["version"], facts["flag"]) == (["0000:01:00.0"], "22.03", "yes")
     assert "ansible_python_interpreter" not in loaded.hosts["node1"]
 
     # A real Ansible run that reads every discovered value: nothing runs, the values come back verbatim.
