@@ -149,7 +149,7 @@ def test_prepare_is_cached(prepared: PrepareReport) -> None:
 
 @pytest.mark.engine
 @pytest.mark.slow
-def test_gate_loading_ready_completion_hung_killed(started: EngineProcess) -> None:
+def test_gate_loading_ready_completion_hung_killed(started: EngineProcess, tmp_path: Path) -> None:
     proc = started
     endpoint = Endpoint(proc.url, "smollm2", api_key=API_KEY)
 
@@ -172,7 +172,12 @@ def test_gate_loading_ready_completion_hung_killed(started: EngineProcess) -> No
     no_key = check(Endpoint(proc.url, "smollm2"), alive=proc.alive)
     assert no_key.state is State.FAILED and "API key refused: /v1/models answered 401" in no_key.reason
 
-    shown = CliRunner().invoke(cli_app(register), ["serve", "status", proc.url, "--api-key", API_KEY])
+    # The key from a file, as the CLI advises (--api-key on argv still works, with a warning first).
+    key_file = tmp_path / "api-key"
+    key_file.write_text(f"{API_KEY}\n")
+    shown = CliRunner().invoke(
+        cli_app(register), ["serve", "status", proc.url, "--api-key-file", str(key_file)]
+    )
     assert shown.exit_code == 0, shown.output
     assert shown.output.splitlines()[1].split()[:3] == [proc.url, "ready", "smollm2"]
 
