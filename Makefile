@@ -55,6 +55,6 @@ k8s-rig: setup deps
 	$(BIN)/python -m provision_sim.k8s.build prepare
 
 # Everything: lint, then every test layer, on TEST_WORKERS pytest-xdist workers. The groups and their order
-# are tests/conftest.py's.
+# are tests/conftest.py's; the run ends with the time of each layer and the 20 slowest tests.
 test: lint k8s-rig
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --no-loadscope-reorder --durations=20

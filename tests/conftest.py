@@ -424,3 +424,37 @@ def k8s_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cont
         warnings = plane.stop()
         if warnings:
             print(f"k8s_control_plane teardown: {'; '.join(warnings)}", file=sys.stderr)
+
+
+# Where the suite's time goes, printed at the end of every run: the wall-clock span and the summed setup +
+# call + teardown time of each layer (an xdist group; the unit modules together). The suite's budget is
+# spent per layer, so a new layer shows what it costs beside the others.
+_LAYER_TIMES: dict[str, list[float]] = {}
+
+
+def _layer(report: pytest.TestReport) -> str:
+    return "unit" if "unit" in report.keywords else xdist_group(report.nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    start, stop = getattr(report, "start", 0.0), getattr(report, "stop", 0.0)
+    if not start or not stop:
+        return
+    first, last, spent, count = _LAYER_TIMES.get(_layer(report), [start, stop, 0.0, 0.0])
+    _LAYER_TIMES[_layer(report)] = [
+        min(first, start),
+        max(last, stop),
+        spent + report.duration,
+        count + (report.when == "call"),
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _LAYER_TIMES:
+        return
+    terminalreporter.section("time per layer")
+    rows = sorted(_LAYER_TIMES.items(), key=lambda item: -(item[1][1] - item[1][0]))
+    for layer, (first, last, spent, count) in rows:
+        terminalreporter.write_line(
+            f"{last - first:8.1f} s wall {spent:8.1f} s in tests {int(count):5d} tests  {layer}"
+        )
