@@ -158,10 +158,11 @@ def report(result: RunResult, out: Console, inventory: Path | None = None) -> No
     records(result, out)
     if result.endpoints and not result.check:
         endpoints(result, out, inventory)
-    verdict = "ok" if result.ok else "failed"
     failed_hosts = sorted(h for h, s in result.hosts.items() if not s.healthy)
-    if failed_hosts:
-        verdict += f" ({len(failed_hosts)} host(s): {', '.join(failed_hosts)})"
+    parts = [f"failed: {', '.join(result.failed)}"] if result.failed else []
+    parts += [f"unreachable: {', '.join(result.unreachable)}"] if result.unreachable else []
+    verdict = "ok" if result.ok else "; ".join(parts) or "failed"
+    verdict += f" (exit {result.exit_code})" if result.exit_code else ""
     out.line(f"{verdict}; run directory: {result.run_dir}")
     if failed_hosts and inventory is not None:
         # doctor names the known causes (a node down, DKMS residue, a full disk...) and their fixes
@@ -175,10 +176,17 @@ def records(result: RunResult, out: Console) -> None:
         out.line(f"verified, as their last apply left them ({len(result.verified)}):")
         for host, detail in sorted(result.verified.items()):
             out.line(f"  {host}  {detail}")
-    if result.drift:
-        out.line(f"converged with site.yml ({len(result.drift)}):")
-        for host, reasons in sorted(result.drift.items()):
+    converged = result.converged
+    if converged:
+        out.line(f"converged with site.yml ({len(converged)}):")
+        for host in converged:
+            reasons = result.drift[host]
             out.line(f"  {host}  {reasons[0]}" + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""))
+    unreachable = result.unreachable
+    if unreachable:
+        out.line(f"unreachable, not reached ({len(unreachable)}):")
+        for host, reason in unreachable.items():
+            out.line(f"  {host}  {reason.splitlines()[0] if reason else 'no message'}")
     if result.recorded:
         out.line(f"recorded: {', '.join(result.recorded)}")
     for failure in result.record_failures:

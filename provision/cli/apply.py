@@ -42,7 +42,8 @@ def apply(
     packages, NPUs; endpoints ready) is verified in one command instead of converged again; --full runs
     site.yml everywhere.
 
-    Exit code 0: every host ok; 1: a host failed or was unreachable; 2: bad input (nothing touched).
+    Exit code 0: every host ok; 1: a host failed; 2: bad input (nothing touched); 4: a host was unreachable
+    (and none failed).
     """
     result = common.run_and_report(
         playbook,

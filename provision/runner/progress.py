@@ -12,7 +12,8 @@ from rich.live import Live
 from rich.table import Table
 
 from provision.runner.events import Event
-from provision.runner.run import RunResult
+from provision.runner.run import RunResult, failure_message
+from provision.runner.unreachable import classify
 
 
 @dataclass(slots=True)
@@ -63,8 +64,15 @@ class _Tracker:
             setattr(line, outcome, getattr(line, outcome) + 1)
             if outcome in ("failed", "unreachable"):
                 line.state = outcome
+            if outcome == "unreachable":  # its row says so until the end: nothing more runs there
+                line.task = f"UNREACHABLE: {unreachable_kind(res)}"
             return kind, outcome, data
         return kind, None, data
+
+
+def unreachable_kind(res: Mapping[str, Any]) -> str:
+    """What failed, in a word or three (connection refused, timed out, host key not trusted, ...)."""
+    return classify(failure_message(res)).kind
 
 
 def _task(data: Mapping[str, Any]) -> str:
@@ -93,9 +101,14 @@ class LineProgress:
             self._write(f"PLAY {self.tracker.play}")
         elif kind == "playbook_on_task_start":
             self._last_task = self.tracker.task
-        elif outcome in ("changed", "failed", "unreachable"):
+        elif outcome in ("changed", "failed"):
             host = data.get("host")
             self._write(f"  {host:<16} {outcome:<11} {_task(data)}")
+        elif outcome == "unreachable":
+            host = data.get("host")
+            self._write(
+                f"  {host:<16} {outcome:<11} {_task(data)} ({unreachable_kind(data.get('res') or {})})"
+            )
         elif (
             outcome == "ok" and kind == "runner_on_ok" and data.get("task_action") == "ansible.builtin.debug"
         ):
