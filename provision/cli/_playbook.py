@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -13,10 +15,11 @@ import typer
 
 from provision.cli import _inputs
 from provision.cli.console import Console
+from provision.errors import InputError
 from provision.inventory.validate import Resolved, check, resolve
 from provision.runner.events import Observer
 from provision.runner.options import AnsibleOptions
-from provision.runner.progress import LineProgress, LiveProgress, recap_table
+from provision.runner.progress import HEARTBEAT_S, LineProgress, LiveProgress, recap_table
 from provision.runner.run import RunResult, run_playbook
 from provision.serving.health import serves_api
 
@@ -121,8 +124,11 @@ def run_and_report(
         out.status(
             f"{verb}: {playbook} on {shown}{' (check mode: nothing is changed)' if check_mode else ''}"
         )
+    verbose = verbosity > 0
     display: LiveProgress | LineProgress = (
-        LiveProgress(out.rich) if out.interactive else LineProgress(out.stream)
+        LiveProgress(out.rich, verbose=verbose)
+        if out.interactive
+        else LineProgress(out.stream, verbose=verbose, heartbeat_s=_heartbeat_s())
     )
     run = PlaybookRun(
         verb,
@@ -142,9 +148,25 @@ def run_and_report(
         result = (runs or plainly)(run, resolve(loaded), inventory, display)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
+    elif result.listing:  # --list-hosts/--list-tasks: ansible-playbook's own listing, nothing ran
+        out.line(result.listing)
     else:
         report(result, out, inventory[0])
     return result
+
+
+def _heartbeat_s() -> float:
+    """``PROVISION_HEARTBEAT_S`` (seconds; 0: no heartbeat), else :data:`HEARTBEAT_S`."""
+    given = os.environ.get("PROVISION_HEARTBEAT_S", "").strip()
+    if not given:
+        return HEARTBEAT_S
+    try:
+        value = float(given)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise InputError(f"PROVISION_HEARTBEAT_S={given}: a number of seconds, 0 or more (0: no heartbeat)")
+    return value
 
 
 def report(result: RunResult, out: Console, inventory: Path | None = None) -> None:

@@ -9,14 +9,14 @@ import typer
 
 from provision.cli import _inputs
 from provision.cli import _playbook as common
-from provision.cli._ansible_options import AnsibleArgs, connection_options
+from provision.cli._ansible_options import AnsibleArgs, playbook_options
 from provision.converge.engine import converge, fast_path_refusal
 from provision.inventory.validate import Resolved
 from provision.runner.events import Observer
 from provision.runner.run import RunResult
 
 
-@connection_options
+@playbook_options
 def apply(
     inventory: Path | None = common.InventoryArg,
     playbook: str = typer.Option("site", "--playbook", "-p", help="Playbook under playbooks/ (site, ...)."),
@@ -77,7 +77,7 @@ class Converging:
     ) -> RunResult:
         refusal = fast_path_refusal(
             run.playbook, tags=run.tags, skip_tags=run.skip_tags, extra_vars=run.given_extra_vars,
-            check=run.check,
+            check=run.check, options=run.options,
         )  # fmt: skip
         if refusal is not None:
             return common.plainly(run, inventory, sources, observer)

@@ -87,10 +87,8 @@ def bootstrap(
     harden: bool = typer.Option(
         False, "--harden", help="Then disable root and password login in sshd (after the deploy key works)."
     ),
-    port: int = typer.Option(
-        22, "--port", "-p", min=1, max=65535, help="SSH port when a host does not give one."
-    ),
-    parallel: int = typer.Option(16, "--parallel", envvar="PROVISION_FORKS", min=1, help="Hosts at once."),
+    port: int = typer.Option(22, "--port", min=1, max=65535, help="SSH port when a host does not give one."),
+    parallel: int = typer.Option(16, "--parallel", envvar="PROVISION_PARALLEL", min=1, help="Hosts at once."),
     timeout: float = typer.Option(
         15.0, "--timeout", callback=_inputs.seconds, help="Seconds to wait for a host to answer."
     ),

@@ -10,12 +10,12 @@ import typer
 
 from provision.cli import _inputs
 from provision.cli import _playbook as common
-from provision.cli._ansible_options import AnsibleArgs, connection_options
+from provision.cli._ansible_options import AnsibleArgs, playbook_options
 from provision.cli.console import Console
 from provision.runner.run import Change, RunResult
 
 
-@connection_options
+@playbook_options
 def plan(
     inventory: Path | None = common.InventoryArg,
     playbook: str = typer.Option("site", "--playbook", "-p", help="Playbook under playbooks/."),
@@ -50,7 +50,7 @@ def plan(
         verbosity=verbose,
         options=ansible.checked(),
     )
-    if not as_json:
+    if not as_json and not result.listing:
         show_plan(result, Console.for_stream(sys.stdout))
     common.finish(result)
 

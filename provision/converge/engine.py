@@ -33,13 +33,23 @@ ONE_COMMAND = {"ANSIBLE_STRATEGY": "linear"}
 
 
 def fast_path_refusal(
-    playbook: str, *, tags: str | None, skip_tags: str | None, extra_vars: Sequence[str], check: bool
+    playbook: str,
+    *,
+    tags: str | None,
+    skip_tags: str | None,
+    extra_vars: Sequence[str],
+    check: bool,
+    options: AnsibleOptions | None = None,
 ) -> str | None:
     """Why this apply must run site.yml on every node (None: it may skip verified nodes)."""
     if Path(playbook).stem != SITE:
         return f"playbook {playbook} (only site.yml applies keep records)"
     if tags or skip_tags:
         return "--tags/--skip-tags run part of site.yml"
+    if options is not None and options.start_at_task:
+        return "--start-at-task runs part of site.yml"
+    if options is not None and options.lists:
+        return "--list-hosts/--list-tasks run nothing"
     if extra_vars:
         return "--extra-vars are not in the inventory the records are fingerprinted from"
     if check:

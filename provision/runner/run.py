@@ -105,6 +105,8 @@ class RunResult:
     """Hosts whose record this apply wrote."""
     record_failures: list[str] = field(default_factory=list)
     """``host: message`` where the record could not be written (the next apply runs site.yml there)."""
+    listing: str = ""
+    """What ansible-playbook printed for ``--list-hosts`` / ``--list-tasks`` (nothing ran)."""
 
     @property
     def converged(self) -> list[str]:
@@ -163,6 +165,7 @@ class RunResult:
             "converged": self.converged,
             "recorded": self.recorded,
             "record_failures": self.record_failures,
+            **({"listing": self.listing} if self.listing else {}),
         }
 
 
@@ -280,12 +283,15 @@ def run_playbook(
     refuse_secrets()
     options = options or AnsibleOptions()
     with private_folder() as private:
-        return _run_playbook(
+        result = _run_playbook(
             playbook, inventory, verb=verb, limit=limit, tags=tags, skip_tags=skip_tags,
             cmdline=[*extra_vars_args(extra_vars, private), *options.args(private)], check=check,
             diff=diff, forks=forks, verbosity=verbosity, observer=observer,
             env={**options.env(), **(env or {})},
         )  # fmt: skip
+    if options.lists:
+        result.listing = _stdout(result.run_dir).strip("\n")
+    return result
 
 
 def _run_playbook(

@@ -174,3 +174,23 @@ def test_apply_of_site_does_not_contact_a_host_the_record_check_could_not_reach(
     assert "converged with site.yml" not in out
     assert "unreachable, not reached (1):" in out and f"  ghost  {CLOSED}" in out
     assert "failed: localhost; unreachable: ghost (exit 1)" in out
+
+
+def test_list_tasks_and_verbose_output_are_ansible_playbook_s(tmp_path: Path) -> None:
+    inventory = local_inventory(tmp_path)
+    listed = provision_cli(
+        "plan", str(inventory), "-p", "preflight", "--list-tasks", "--list-hosts", runs=tmp_path / "runs",
+        timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "play #1 (npu_nodes): Preflight checks on every NPU node" in listed.stdout
+    assert "pattern: ['npu_nodes']\n    hosts (1):\n      localhost" in listed.stdout
+    assert "preflight : Check free disk space" in listed.stdout
+    assert "localhost: no changes" not in listed.stdout  # nothing ran, nothing planned
+
+    verbose = provision_cli(
+        "apply", str(inventory), "-p", "preflight", "-v", runs=tmp_path / "runs", timeout=TIMEOUT_S
+    )
+    assert verbose.returncode == 0, verbose.stdout + verbose.stderr
+    assert "TASK [provision.ascend.preflight : Check free disk space] ***" in verbose.stdout
+    assert "ok: [localhost] => " in verbose.stdout  # -v: each result, as ansible-playbook prints it
