@@ -246,6 +246,38 @@ class Traffic:
         return [result for result in self.results if result[0] == url]
 
 
+class CountingListener:
+    """A TCP port on loopback that accepts each connection, counts it and closes it at once (before any SSH
+    banner): what an SSH client sees of a host whose sshd is gone, and how many times it was tried.
+    ``with CountingListener() as ghost: ... ghost.port ... ghost.count``."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._socket.settimeout(0.2)
+        self.port: int = self._socket.getsockname()[1]
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> CountingListener:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._socket.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            self.count += 1
+            connection.close()
+
+
 # -- inventories ---------------------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 from importlib.metadata import entry_points
+from typing import Any
 
 import typer
 
@@ -39,6 +40,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -53,12 +55,34 @@ for _entry in entry_points(group=VERB_ENTRY_POINTS):
     _entry.load()(app)
 
 
+def readable_metavars(command: Any) -> Any:
+    """``command`` and its subcommands with argparse's metavars where none is given (``--extra-vars
+    EXTRA_VARS``, ``INVENTORY``), as ansible-playbook's help shows them, instead of Python types
+    (``<list[str]>``)."""
+    for param in command.params:
+        if (
+            param.metavar is None
+            and not getattr(param, "is_flag", False)
+            and not getattr(param, "count", False)
+        ):
+            name = max(param.opts, key=len).lstrip("-") if param.opts else str(param.name)
+            param.metavar = name.replace("-", "_").upper()
+    for sub in (getattr(command, "commands", None) or {}).values():  # a group's verbs
+        readable_metavars(sub)
+    return command
+
+
+def command() -> Any:
+    """The ``provision`` command as click runs it."""
+    return readable_metavars(typer.main.get_command(app))
+
+
 def main() -> None:
     """Console-script entry point: typed errors become a message and an exit code, never a traceback."""
     from provision.cli.console import Console
 
     try:
-        app()
+        command()(prog_name="provision")
     except ProvisionError as exc:
         Console.for_stream(sys.stderr).error(str(exc))
         raise SystemExit(exc.exit_code) from None

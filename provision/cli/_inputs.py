@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
@@ -313,13 +314,42 @@ def secret_file(option: str, path: Path) -> str:
 
 
 def inventories(positional: Path | None, given: Sequence[Path]) -> list[Path]:
-    """The inventory sources of a command: INVENTORY, then every ``-i``, as ansible-playbook reads several."""
+    """The inventory sources of a command: INVENTORY, then every ``-i``, as ansible-playbook reads several;
+    none given, Ansible's own setting (``ANSIBLE_INVENTORY``, else ``[defaults] inventory`` of the user's
+    ansible.cfg), as ansible-playbook would read it without ``-i``."""
     sources = ([positional] if positional is not None else []) + list(given)
     if not sources:
+        sources = configured_inventory()
+    if not sources:
         raise InputError(
-            "no inventory given: name one (INVENTORY, or -i INVENTORY as ansible-playbook takes it)"
+            "no inventory given: name one (INVENTORY, or -i INVENTORY as ansible-playbook takes it), or set "
+            "ANSIBLE_INVENTORY or [defaults] inventory in your ansible.cfg"
         )
     return list(dict.fromkeys(sources))
+
+
+def configured_inventory(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The inventory Ansible's configuration names (``ANSIBLE_INVENTORY``, then ``[defaults] inventory`` of
+    the user's ansible.cfg, relative paths from that file's folder); empty when neither sets one
+    (ansible-playbook's fallback ``/etc/ansible/hosts`` is not taken for a provision run)."""
+    from ansible.config.manager import ConfigManager
+
+    from provision.ansible_config import user_config
+
+    environ = os.environ if environ is None else environ
+    listed = environ.get("ANSIBLE_INVENTORY", "")
+    if listed.strip():
+        return [Path(p).expanduser() for p in listed.split(",") if p.strip()]
+    config = user_config(environ)
+    if config is None:
+        return []
+    try:
+        value, origin = ConfigManager(conf_file=str(config)).get_config_value_and_origin("DEFAULT_HOST_LIST")
+    except Exception as exc:  # Ansible's own reading of the file: its message names the problem
+        raise InputError(f"{config}: [defaults] inventory: {exc}") from None
+    if origin != str(config):
+        return []
+    return [Path(p) for p in value or []]
 
 
 # ------------------------------------------------------------------------------------------ ansible options
@@ -328,6 +358,12 @@ def inventories(positional: Path | None, given: Sequence[Path]) -> list[Path]:
 def ansible_options(
     *,
     user: str | None = None,
+    connection: str | None = None,
+    timeout: int | None = None,
+    become_user: str | None = None,
+    list_hosts: bool = False,
+    list_tasks: bool = False,
+    start_at_task: str | None = None,
     private_key: Path | None = None,
     ssh_common_args: str | None = None,
     become: bool = False,
@@ -358,8 +394,16 @@ def ansible_options(
             raise InputError(
                 f"{option}: cannot ask for the password, stdin is not a terminal; give {instead}"
             )
+    if connection is not None:
+        _connection_plugin(connection)
     options = AnsibleOptions(
         user=user or None,
+        connection=connection or None,
+        timeout=timeout,
+        become_user=become_user or None,
+        list_hosts=list_hosts,
+        list_tasks=list_tasks,
+        start_at_task=start_at_task or None,
         private_key=private_key,
         ssh_common_args=ssh_common_args or None,
         become=become,
@@ -372,6 +416,26 @@ def ansible_options(
     if options.vault.prompts() and not _terminal():
         options.vault.secrets()  # the error that says why it cannot ask, before anything else
     return options
+
+
+_PLUGIN_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*){0,2}$")
+
+
+def _connection_plugin(name: str) -> None:
+    """``-c NAME``: ansible-core's own connection plugins by short name (``ssh``, ``local``,
+    ``paramiko_ssh`` ...), else a collection's by its FQCN (``namespace.collection.name``), which Ansible
+    looks up when it runs; anything else is an InputError naming the built-in ones."""
+    import pkgutil
+
+    import ansible.plugins.connection as builtin
+
+    known = sorted(m.name for m in pkgutil.iter_modules(builtin.__path__) if not m.name.startswith("_"))
+    if name in known or (_PLUGIN_NAME.match(name) and name.count(".") == 2):
+        return
+    raise InputError(
+        f"-c/--connection {name}: no such connection plugin; ansible-core's are: {', '.join(known)} "
+        "(a collection's is named namespace.collection.name)"
+    )
 
 
 def ask_passwords(options: AnsibleOptions) -> AnsibleOptions:

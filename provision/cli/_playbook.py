@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -13,10 +15,11 @@ import typer
 
 from provision.cli import _inputs
 from provision.cli.console import Console
+from provision.errors import InputError
 from provision.inventory.validate import Resolved, check, resolve
 from provision.runner.events import Observer
 from provision.runner.options import AnsibleOptions
-from provision.runner.progress import LineProgress, LiveProgress, recap_table
+from provision.runner.progress import HEARTBEAT_S, LineProgress, LiveProgress, recap_table
 from provision.runner.run import RunResult, run_playbook
 from provision.serving.health import serves_api
 
@@ -121,8 +124,11 @@ def run_and_report(
         out.status(
             f"{verb}: {playbook} on {shown}{' (check mode: nothing is changed)' if check_mode else ''}"
         )
+    verbose = verbosity > 0
     display: LiveProgress | LineProgress = (
-        LiveProgress(out.rich) if out.interactive else LineProgress(out.stream)
+        LiveProgress(out.rich, verbose=verbose)
+        if out.interactive
+        else LineProgress(out.stream, verbose=verbose, heartbeat_s=_heartbeat_s())
     )
     run = PlaybookRun(
         verb,
@@ -142,9 +148,25 @@ def run_and_report(
         result = (runs or plainly)(run, resolve(loaded), inventory, display)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
+    elif result.listing:  # --list-hosts/--list-tasks: ansible-playbook's own listing, nothing ran
+        out.line(result.listing)
     else:
         report(result, out, inventory[0])
     return result
+
+
+def _heartbeat_s() -> float:
+    """``PROVISION_HEARTBEAT_S`` (seconds; 0: no heartbeat), else :data:`HEARTBEAT_S`."""
+    given = os.environ.get("PROVISION_HEARTBEAT_S", "").strip()
+    if not given:
+        return HEARTBEAT_S
+    try:
+        value = float(given)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise InputError(f"PROVISION_HEARTBEAT_S={given}: a number of seconds, 0 or more (0: no heartbeat)")
+    return value
 
 
 def report(result: RunResult, out: Console, inventory: Path | None = None) -> None:
@@ -158,10 +180,11 @@ def report(result: RunResult, out: Console, inventory: Path | None = None) -> No
     records(result, out)
     if result.endpoints and not result.check:
         endpoints(result, out, inventory)
-    verdict = "ok" if result.ok else "failed"
     failed_hosts = sorted(h for h, s in result.hosts.items() if not s.healthy)
-    if failed_hosts:
-        verdict += f" ({len(failed_hosts)} host(s): {', '.join(failed_hosts)})"
+    parts = [f"failed: {', '.join(result.failed)}"] if result.failed else []
+    parts += [f"unreachable: {', '.join(result.unreachable)}"] if result.unreachable else []
+    verdict = "ok" if result.ok else "; ".join(parts) or "failed"
+    verdict += f" (exit {result.exit_code})" if result.exit_code else ""
     out.line(f"{verdict}; run directory: {result.run_dir}")
     if failed_hosts and inventory is not None:
         # doctor names the known causes (a node down, DKMS residue, a full disk...) and their fixes
@@ -175,10 +198,17 @@ def records(result: RunResult, out: Console) -> None:
         out.line(f"verified, as their last apply left them ({len(result.verified)}):")
         for host, detail in sorted(result.verified.items()):
             out.line(f"  {host}  {detail}")
-    if result.drift:
-        out.line(f"converged with site.yml ({len(result.drift)}):")
-        for host, reasons in sorted(result.drift.items()):
+    converged = result.converged
+    if converged:
+        out.line(f"converged with site.yml ({len(converged)}):")
+        for host in converged:
+            reasons = result.drift[host]
             out.line(f"  {host}  {reasons[0]}" + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""))
+    unreachable = result.unreachable
+    if unreachable:
+        out.line(f"unreachable, not reached ({len(unreachable)}):")
+        for host, reason in unreachable.items():
+            out.line(f"  {host}  {reason.splitlines()[0] if reason else 'no message'}")
     if result.recorded:
         out.line(f"recorded: {', '.join(result.recorded)}")
     for failure in result.record_failures:

@@ -9,14 +9,14 @@ import typer
 
 from provision.cli import _inputs
 from provision.cli import _playbook as common
-from provision.cli._ansible_options import AnsibleArgs, connection_options
+from provision.cli._ansible_options import AnsibleArgs, playbook_options
 from provision.converge.engine import converge, fast_path_refusal
 from provision.inventory.validate import Resolved
 from provision.runner.events import Observer
 from provision.runner.run import RunResult
 
 
-@connection_options
+@playbook_options
 def apply(
     inventory: Path | None = common.InventoryArg,
     playbook: str = typer.Option("site", "--playbook", "-p", help="Playbook under playbooks/ (site, ...)."),
@@ -42,7 +42,8 @@ def apply(
     packages, NPUs; endpoints ready) is verified in one command instead of converged again; --full runs
     site.yml everywhere.
 
-    Exit code 0: every host ok; 1: a host failed or was unreachable; 2: bad input (nothing touched).
+    Exit code 0: every host ok; 1: a host failed; 2: bad input (nothing touched); 4: a host was unreachable
+    (and none failed).
     """
     result = common.run_and_report(
         playbook,
@@ -76,7 +77,7 @@ class Converging:
     ) -> RunResult:
         refusal = fast_path_refusal(
             run.playbook, tags=run.tags, skip_tags=run.skip_tags, extra_vars=run.given_extra_vars,
-            check=run.check,
+            check=run.check, options=run.options,
         )  # fmt: skip
         if refusal is not None:
             return common.plainly(run, inventory, sources, observer)

@@ -9,9 +9,11 @@ writes the inventory. See docs/bootstrap.md.
 from __future__ import annotations
 
 import getpass
+import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -24,8 +26,9 @@ from provision.bootstrap.credentials import (
     password_from_file,
 )
 from provision.bootstrap.hostkeys import KnownHosts, TrustPolicy, parse_pins
-from provision.bootstrap.node import Options
+from provision.bootstrap.node import HostResult, Options
 from provision.bootstrap.run import (
+    InventoryUpdate,
     LineDisplay,
     LiveDisplay,
     bootstrap_all,
@@ -87,19 +90,20 @@ def bootstrap(
     harden: bool = typer.Option(
         False, "--harden", help="Then disable root and password login in sshd (after the deploy key works)."
     ),
-    port: int = typer.Option(
-        22, "--port", "-p", min=1, max=65535, help="SSH port when a host does not give one."
-    ),
-    parallel: int = typer.Option(16, "--parallel", envvar="PROVISION_FORKS", min=1, help="Hosts at once."),
+    port: int = typer.Option(22, "--port", min=1, max=65535, help="SSH port when a host does not give one."),
+    parallel: int = typer.Option(16, "--parallel", envvar="PROVISION_PARALLEL", min=1, help="Hosts at once."),
     timeout: float = typer.Option(
         15.0, "--timeout", callback=_inputs.seconds, help="Seconds to wait for a host to answer."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print a machine-readable summary on stdout; progress and the table to stderr."
     ),
 ) -> None:
     """Make new servers manageable and add them to the inventory.
 
     Exit code 0: every host ok; 1: a host failed; 2: bad input (no host contacted).
     """
-    out = Console.for_stream()
+    out = Console.for_stream(sys.stderr if as_json else sys.stdout)
     specs = list(hosts or [])
     if from_file is not None:
         specs += read_hosts_file(from_file)
@@ -187,8 +191,33 @@ def bootstrap(
         f"{len(results)} host(s): {len(changed)} changed, {unchanged} unchanged, {len(failed)} failed"
         f"{' (' + ', '.join(failed) + ')' if failed else ''}; inventory: {inventory}"
     )
+    if as_json:
+        typer.echo(json.dumps(_summary(results, update, inventory, record_path), indent=2))
     if failed or update.problems or update.refused:
         raise typer.Exit(1)
+
+
+def _summary(
+    results: list[HostResult], update: InventoryUpdate, inventory: Path, known_hosts: Path
+) -> dict[str, Any]:
+    """``bootstrap --json``: per host what happened, then what the inventory got (docs/bootstrap.md)."""
+    hosts = []
+    for r in results:
+        error = None if r.error is None else {"kind": r.error.kind, "message": str(r.error)}
+        changes = [*r.changes, *update.changes.get(r.target.name, [])]
+        state = "failed" if not r.ok else ("changed" if changes else "unchanged")
+        hosts.append(
+            {"name": r.target.name, "address": r.target.address, "port": r.target.port, "result": state,
+             "fingerprint": r.fingerprint, "trusted_by": r.trusted_by, "login": r.login, "changes": r.changes,
+             "inventory_changes": update.changes.get(r.target.name, []), "error": error,
+             "seconds": round(r.seconds, 2)}
+        )  # fmt: skip
+    ok = all(r.ok for r in results) and not update.problems and not update.refused
+    return {
+        "ok": ok, "inventory": str(inventory), "known_hosts": str(known_hosts), "hosts": hosts,
+        "failed": [r.target.name for r in results if not r.ok], "problems": update.problems,
+        "refused": update.refused,
+    }  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

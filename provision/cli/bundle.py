@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import signal
 import socket
 import sys
@@ -18,8 +19,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
+import yaml
 
 from provision.bundle import build as builder
 from provision.bundle import closure, needs, serve, verify
@@ -68,6 +71,21 @@ def _file_errors() -> Iterator[None]:
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         raise InputError(f"{where}{exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def _refusals(as_json: bool) -> Iterator[None]:
+    """With ``--json``, a refused bundle (exit 1) is ``{"ok": false, "refused": MESSAGE}`` on stdout too."""
+    try:
+        yield
+    except BundleRefused as exc:
+        if as_json:
+            _echo({"ok": False, "refused": str(exc)})
+        raise
+
+
+def _echo(summary: dict[str, Any]) -> None:
+    typer.echo(json.dumps(summary, indent=2))
 
 
 def _os_option(values: list[str]) -> dict[str, str]:
@@ -148,6 +166,7 @@ def build(
     repo_key: str | None = typer.Option(
         None, "--repo-key", help="GnuPG key to re-sign the OS repositories with (implies --sign-repos)."
     ),
+    as_json: bool = common.JsonOpt,
     inventories: list[Path] = common.InventoriesOpt,
     *,
     ansible: AnsibleArgs,
@@ -167,7 +186,7 @@ def build(
         releases = _host_values("--openeuler-release", openeuler_release, "an openEuler release (LTS-SP1)")
         groups = closure.groups(loaded, plan, kernels, releases)
     remote = bool(from_mirror and from_mirror.startswith(("http://", "https://")))
-    with _file_errors():
+    with _file_errors(), _refusals(as_json):
         result = builder.build(
             plan,
             builder.Sources(
@@ -189,6 +208,18 @@ def build(
     out = Console.for_stream()
     for line in result.skipped:
         err.line(f"not bundled (optional): {line}")
+    if as_json:
+        _echo(
+            {
+                "ok": True, "output": str(output), "files": result.files, "bytes": result.bytes,
+                "archive_bytes": result.archive_bytes, "nodes": len(plan.nodes), "copied": result.copied,
+                "reused": result.reused, "skipped": result.skipped,
+                "packages": result.packages if resolve else None,
+                "downloaded": result.downloaded if resolve else None, "repo_key": result.repo_key,
+                "work_dir": str(builder.work_dir(output)), "seconds": round(time.monotonic() - started, 2),
+            }
+        )  # fmt: skip
+        return
     resolved = f"{result.packages} OS packages resolved ({result.downloaded} downloaded); " if resolve else ""
     out.line(
         f"{output}: {result.files} files, {_size(result.bytes)} (archive {_size(result.archive_bytes)}) "
@@ -218,6 +249,7 @@ def verify_cmd(
     allow_unsigned: bool = AllowUnsignedOpt,
     os_name: list[str] = typer.Option([], "--os", help="As for build: OS of hosts without bootstrap_facts."),
     arch: str = typer.Option("aarch64", "--arch", help="As for build."),
+    as_json: bool = common.JsonOpt,
     *,
     ansible: AnsibleArgs,
 ) -> None:
@@ -227,8 +259,22 @@ def verify_cmd(
     if inventory is not None:
         _, loaded = _inventory(inventory, [], ansible)
         plan = needs.plan(loaded, os_names=_os_option(os_name), arch=arch)
-    with _file_errors():
+    with _file_errors(), _refusals(as_json):
         checked = verify.verify(bundle, verify.Trust(key, allow_unsigned))
+    if as_json:
+        gaps = verify.completeness(checked.manifest, plan) if plan is not None else {}
+        missing = {host: [{"path": n.path, "why": n.why} for n in found] for host, found in gaps.items()}
+        complete = None if plan is None else not missing
+        _echo(
+            {
+                "ok": complete is not False, "bundle": str(bundle), "files": len(checked.manifest.files),
+                "signed_by": checked.signed_by, "inventory": str(inventory) if inventory else None,
+                "complete": complete, "missing": missing,
+            }
+        )  # fmt: skip
+        if complete is False:
+            raise typer.Exit(BundleRefused.exit_code)
+        return
     out = Console.for_stream()
     signed = f", signed by {checked.signed_by}" if checked.signed_by else ", not signed"
     out.line(f"{bundle}: ok, {len(checked.manifest.files)} files match the manifest{signed}")
@@ -247,10 +293,17 @@ def unpack(
     dest: Path = typer.Argument(..., help="A new (or empty) folder to unpack it into.", show_default=False),
     key: str | None = KeyOpt,
     allow_unsigned: bool = AllowUnsignedOpt,
+    as_json: bool = common.JsonOpt,
 ) -> None:
     """Verify the archive, unpack it, verify the files written: a folder for your own web server."""
-    with _file_errors():
+    with _file_errors(), _refusals(as_json):
         checked = verify.unpack(bundle, dest, verify.Trust(key, allow_unsigned))
+    if as_json:
+        _echo(
+            {"ok": True, "bundle": str(bundle), "dest": str(dest), "files": len(checked.manifest.files),
+             "signed_by": checked.signed_by}
+        )  # fmt: skip
+        return
     Console.for_stream().line(
         f"{dest}: {len(checked.manifest.files)} files, verified; serve it as the mirror"
     )
@@ -270,43 +323,61 @@ def serve_cmd(
     ),
     key: str | None = KeyOpt,
     allow_unsigned: bool = AllowUnsignedOpt,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object (URL, files, group_vars) on stdout once serving."
+    ),
 ) -> None:
     """Verify the bundle (an archive is unpacked beside it first, removed when the server stops), then
     serve its files (no folder listings) over HTTP and print the group_vars lines that point the roles at
     it. Nothing is served when it is refused."""
     trust = verify.Trust(key, allow_unsigned)
     if bundle.is_dir():
-        with _file_errors():
+        with _file_errors(), _refusals(as_json):
             checked = verify.verify_dir(bundle, trust)
-        _serve(bundle, checked, bundle, bind, port)
+        _serve(bundle, checked, bundle, bind, port, as_json)
         return
     if not bundle.is_file():
         raise InputError(f"{bundle}: no such bundle (an archive or a folder)")
     # Beside the archive, not in /tmp: a bundle is as large as the mirror it holds.
     with (
         _file_errors(),
+        _refusals(as_json),
         tempfile.TemporaryDirectory(prefix=f".{bundle.name}.serve-", dir=bundle.parent) as tmp,
     ):
         root = Path(tmp) / "bundle"
-        _serve(root, verify.unpack(bundle, root, trust), bundle, bind, port)
+        _serve(root, verify.unpack(bundle, root, trust), bundle, bind, port, as_json)
 
 
-def _serve(root: Path, checked: verify.Verified, bundle: Path, bind: str, port: int) -> None:
+def _serve(
+    root: Path, checked: verify.Verified, bundle: Path, bind: str, port: int, as_json: bool = False
+) -> None:
     try:
         server = serve.open_server(root, bind, port)
     except OSError as exc:
         raise InputError(f"--bind {bind} --port {port}: cannot listen: {exc.strerror or exc}") from None
     host, real_port = str(server.server_address[0]), int(server.server_address[1])
     shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-    out = Console.for_stream()
-    out.line(
-        f"serving {bundle} ({len(checked.manifest.files)} files, verified) on http://{host}:{real_port}/"
-    )
-    if ipaddress.ip_address(host).is_loopback:
-        # The default: nothing beyond this machine reaches it until --bind names an address that does.
-        out.line(f"listening on loopback only: the nodes cannot reach {host}; give --bind ADDR to serve them")
-    out.line("put these in group_vars/npu_nodes.yml (use the address the nodes reach this machine at):")
-    out.line(serve.group_vars(f"http://{shown}:{real_port}", checked.manifest))
+    lines = serve.group_vars(f"http://{shown}:{real_port}", checked.manifest)
+    loopback = ipaddress.ip_address(host).is_loopback
+    if as_json:
+        _echo(
+            {"ok": True, "bundle": str(bundle), "url": f"http://{host}:{real_port}/", "bind": host,
+             "port": real_port, "files": len(checked.manifest.files), "signed_by": checked.signed_by,
+             "loopback_only": loopback, "group_vars": yaml.safe_load(lines)}
+        )  # fmt: skip
+        sys.stdout.flush()
+    else:
+        out = Console.for_stream()
+        out.line(
+            f"serving {bundle} ({len(checked.manifest.files)} files, verified) on http://{host}:{real_port}/"
+        )
+        if loopback:
+            # The default: nothing beyond this machine reaches it until --bind names an address that does.
+            out.line(
+                f"listening on loopback only: the nodes cannot reach {host}; give --bind ADDR to serve them"
+            )
+        out.line("put these in group_vars/npu_nodes.yml (use the address the nodes reach this machine at):")
+        out.line(lines)
 
     def stop(_signum: int, _frame: object) -> None:
         # SIGTERM (systemd, kill) ends it as Ctrl-C does, so the unpacked copy is removed.

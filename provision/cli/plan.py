@@ -10,12 +10,12 @@ import typer
 
 from provision.cli import _inputs
 from provision.cli import _playbook as common
-from provision.cli._ansible_options import AnsibleArgs, connection_options
+from provision.cli._ansible_options import AnsibleArgs, playbook_options
 from provision.cli.console import Console
 from provision.runner.run import Change, RunResult
 
 
-@connection_options
+@playbook_options
 def plan(
     inventory: Path | None = common.InventoryArg,
     playbook: str = typer.Option("site", "--playbook", "-p", help="Playbook under playbooks/."),
@@ -30,7 +30,11 @@ def plan(
     *,
     ansible: AnsibleArgs,
 ) -> None:
-    """Run the playbook in check + diff mode and list, per host, what would change. Nothing is changed."""
+    """Run the playbook in check + diff mode and list, per host, what would change. Nothing is changed.
+
+    Exit code 0: every host planned; 1: a host failed; 2: bad input (nothing touched); 4: a host was
+    unreachable (and none failed).
+    """
     result = common.run_and_report(
         playbook,
         _inputs.inventories(inventory, inventories),
@@ -46,7 +50,7 @@ def plan(
         verbosity=verbose,
         options=ansible.checked(),
     )
-    if not as_json:
+    if not as_json and not result.listing:
         show_plan(result, Console.for_stream(sys.stdout))
     common.finish(result)
 
@@ -55,9 +59,14 @@ def show_plan(result: RunResult, out: Console) -> None:
     by_host: dict[str, list[Change]] = defaultdict(list)
     for change in result.changes:
         by_host[change.host].append(change)
+    unreachable = result.unreachable
     for host in sorted(result.hosts):
         changes = by_host.get(host, [])
-        out.line(f"{host}: {len(changes)} change(s)" if changes else f"{host}: no changes")
+        if host in unreachable:  # not reached: what would change there is unknown
+            out.line(f"{host}: UNREACHABLE, not planned ({unreachable[host] or 'no message'})")
+            continue
+        failed = " (FAILED: the changes after the failed task are unknown)" if host in result.failed else ""
+        out.line((f"{host}: {len(changes)} change(s)" if changes else f"{host}: no changes") + failed)
         for change in changes:
             out.line(f"  ~ {change.task}")
             for line in change.detail.splitlines():

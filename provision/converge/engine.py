@@ -3,7 +3,8 @@
 1. ``playbooks/converged.yml`` (read-only, one command per node, then the health gate of its instances):
    each node's record (:mod:`provision.converge.record`) against the run's fingerprint and the node itself.
 2. ``playbooks/site.yml`` on every node that is not verified, with the rest of its multi-node serving
-   groups; not run at all when every node is verified.
+   groups; not run at all when every node is verified. A node the check could not reach is reported
+   unreachable and not contacted again.
 3. ``playbooks/record.yml`` on the nodes site.yml converged: what they look like now, with every resource
    the run's tasks named, becomes their record.
 
@@ -32,13 +33,23 @@ ONE_COMMAND = {"ANSIBLE_STRATEGY": "linear"}
 
 
 def fast_path_refusal(
-    playbook: str, *, tags: str | None, skip_tags: str | None, extra_vars: Sequence[str], check: bool
+    playbook: str,
+    *,
+    tags: str | None,
+    skip_tags: str | None,
+    extra_vars: Sequence[str],
+    check: bool,
+    options: AnsibleOptions | None = None,
 ) -> str | None:
     """Why this apply must run site.yml on every node (None: it may skip verified nodes)."""
     if Path(playbook).stem != SITE:
         return f"playbook {playbook} (only site.yml applies keep records)"
     if tags or skip_tags:
         return "--tags/--skip-tags run part of site.yml"
+    if options is not None and options.start_at_task:
+        return "--start-at-task runs part of site.yml"
+    if options is not None and options.lists:
+        return "--list-hosts/--list-tasks run nothing"
     if extra_vars:
         return "--extra-vars are not in the inventory the records are fingerprinted from"
     if check:
@@ -103,7 +114,10 @@ def converge(
 
     verify = run("converged", inventory_path, verb="verify", limit=limit, extra_vars=[fingerprints],
                  observer=watched, env=ONE_COMMAND, **common)  # fmt: skip
-    probed = sorted(verify.hosts)
+    # A host the record check could not reach is not tried again by site.yml in the same run: one contact
+    # per unreachable host, and the report says it was not reached, not that it was converged.
+    lost = set(verify.unreachable)
+    probed = sorted(set(verify.hosts) - lost)
     verified: dict[str, str] = {}
     drift: dict[str, list[str]] = {}
     for host in probed:
@@ -135,7 +149,9 @@ def converge(
     site = run(SITE, inventory_path, verb="apply", limit=",".join(sorted(rest)), diff=diff, observer=watched,
                **common)  # fmt: skip
     site.verified, site.drift = verified, drift
-    site.hosts = {**{h: s for h, s in verify.hosts.items() if h in verified}, **site.hosts}
+    kept = set(verified) | lost
+    site.hosts = {**{h: s for h, s in verify.hosts.items() if h in kept}, **site.hosts}
+    site.failures = [f for f in verify.failures if f.host in lost] + site.failures
     site.endpoints = sorted(
         [e for e in verify.endpoints if e.host in verified] + site.endpoints, key=lambda e: (e.host, e.pool)
     )

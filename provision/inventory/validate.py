@@ -68,6 +68,17 @@ class Issue:
         shown = "" if self.value is _MISSING else f" = {_show(self.value)}"
         return f"{where}: {scope}: {self.field}{shown}: {self.message}"
 
+    def to_json(self) -> dict[str, Any]:
+        """The problem for ``validate --json``: file, line, hosts/groups, field, value as shown, message."""
+        return {
+            "file": self.origin.path if self.origin is not None else None,
+            "line": self.origin.line or None if self.origin is not None else None,
+            "scopes": list(self.scopes),
+            "field": self.field,
+            "value": None if self.value is _MISSING else _show(self.value),
+            "message": self.message,
+        }
+
 
 class InvalidInventory(InputError):
     """The inventory has problems; ``issues`` lists them all."""

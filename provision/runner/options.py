@@ -31,6 +31,14 @@ class AnsibleOptions:
     passwords, already asked for) and vault options say for one command."""
 
     user: str | None = None
+    connection: str | None = None
+    timeout: int | None = None
+    become_user: str | None = None
+    list_hosts: bool = False
+    list_tasks: bool = False
+    start_at_task: str | None = None
+    """``--list-hosts``, ``--list-tasks``, ``--start-at-task``: ansible-playbook's meaning (the two lists run
+    nothing; :attr:`lists` says so)."""
     private_key: Path | None = None
     ssh_common_args: str | None = None
     become: bool = False
@@ -44,6 +52,11 @@ class AnsibleOptions:
     become_password: str | None = field(default=None, repr=False)
     """What ``-K`` asked for (``ask_become_pass``), once asked."""
 
+    @property
+    def lists(self) -> bool:
+        """``--list-hosts`` or ``--list-tasks``: ansible-playbook lists and runs nothing."""
+        return self.list_hosts or self.list_tasks
+
     def env(self) -> dict[str, str]:
         """Environment of the run (nothing secret: ansible-runner writes it into the run directory)."""
         return self.vault.runner_env()
@@ -53,6 +66,18 @@ class AnsibleOptions:
         args: list[str] = []
         if self.user:
             args += ["--user", self.user]
+        if self.connection:
+            args += ["--connection", self.connection]
+        if self.timeout is not None:
+            args += ["--timeout", str(self.timeout)]
+        if self.become_user:
+            args += ["--become-user", self.become_user]
+        if self.list_hosts:
+            args.append("--list-hosts")
+        if self.list_tasks:
+            args.append("--list-tasks")
+        if self.start_at_task:
+            args += ["--start-at-task", self.start_at_task]
         if self.private_key is not None:
             args += ["--private-key", str(self.private_key.expanduser().absolute())]
         if self.ssh_common_args:

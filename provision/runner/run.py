@@ -26,12 +26,21 @@ from provision.errors import EnvironmentProblem
 from provision.runner.environment import confine, refuse_secrets
 from provision.runner.events import Event, Observer
 from provision.runner.options import AnsibleOptions, ExtraVars, extra_vars_args, private_folder
+from provision.runner.unreachable import classify
 
 # Seconds Mitogen may take to connect AND start its interpreter on a node (Ansible's `timeout`).
 MITOGEN_CONNECT_TIMEOUT = "60"
 
 # ansible-playbook exit codes that mean "bad input", not "a host failed".
 _BAD_INPUT_RC = {4, 5}
+
+# provision's exit codes for a run (docs/ansible.md, "Exit codes"). ansible-playbook's are 2 for a failed
+# host and 4 for an unreachable one; 2 is provision's "bad input, nothing touched" on every verb (and
+# click's usage error), so a failed host stays 1 and only unreachable takes Ansible's number.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 4
 
 
 @dataclass(slots=True)
@@ -47,6 +56,14 @@ class HostStats:
     @property
     def healthy(self) -> bool:
         return self.failed == 0 and self.unreachable == 0
+
+    @property
+    def state(self) -> str:
+        """``ok``, ``failed`` or ``unreachable`` (a host that failed a task, then was lost, is unreachable:
+        what it did last is unknown)."""
+        if self.unreachable:
+            return "unreachable"
+        return "failed" if self.failed else "ok"
 
 
 @dataclass(slots=True)
@@ -88,18 +105,44 @@ class RunResult:
     """Hosts whose record this apply wrote."""
     record_failures: list[str] = field(default_factory=list)
     """``host: message`` where the record could not be written (the next apply runs site.yml there)."""
+    listing: str = ""
+    """What ansible-playbook printed for ``--list-hosts`` / ``--list-tasks`` (nothing ran)."""
+
+    @property
+    def converged(self) -> list[str]:
+        """Hosts an apply ran site.yml on (``drift``) that came out ok."""
+        return sorted(h for h in self.drift if h in self.hosts and self.hosts[h].healthy)
 
     @property
     def ok(self) -> bool:
         return self.rc == 0 and all(s.healthy for s in self.hosts.values())
 
     @property
+    def unreachable(self) -> dict[str, str]:
+        """Hosts not reached -> what failed (connection refused, timed out, host key, ...)."""
+        found = {host: "" for host, stats in self.hosts.items() if stats.state == "unreachable"}
+        for failure in self.failures:
+            if failure.unreachable and failure.host in found and not found[failure.host]:
+                found[failure.host] = failure.message
+        return dict(sorted(found.items()))
+
+    @property
+    def failed(self) -> list[str]:
+        """Hosts reached where a task failed."""
+        return sorted(host for host, stats in self.hosts.items() if stats.state == "failed")
+
+    @property
     def exit_code(self) -> int:
-        """0 ok, 1 a host failed, 2 bad input (ansible-playbook's syntax/option errors)."""
+        """0 ok; 1 a host failed (or Ansible stopped); 2 bad input (ansible-playbook's syntax/option errors,
+        no host reached); 4 every host that is not ok was unreachable (the others did their work)."""
         if self.ok:
-            return 0
+            return EXIT_OK
         # rc 4 is also "unreachable host"; it means bad input only when no host was reached at all.
-        return 2 if self.rc in _BAD_INPUT_RC and not self.hosts else 1
+        if self.rc in _BAD_INPUT_RC and not self.hosts:
+            return EXIT_BAD_INPUT
+        if self.unreachable and not self.failed:
+            return EXIT_UNREACHABLE
+        return EXIT_FAILED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,14 +154,18 @@ class RunResult:
             "check": self.check,
             "run_dir": str(self.run_dir),
             "seconds": round(self.seconds, 2),
-            "hosts": {h: asdict(s) for h, s in sorted(self.hosts.items())},
+            "hosts": {h: {**asdict(s), "result": s.state} for h, s in sorted(self.hosts.items())},
+            "unreachable": self.unreachable,
+            "failed": self.failed,
             "failures": [asdict(f) for f in self.failures],
             "changes": [asdict(c) for c in self.changes],
             "endpoints": [asdict(e) for e in self.endpoints],
             "verified": dict(sorted(self.verified.items())),
             "drift": dict(sorted(self.drift.items())),
+            "converged": self.converged,
             "recorded": self.recorded,
             "record_failures": self.record_failures,
+            **({"listing": self.listing} if self.listing else {}),
         }
 
 
@@ -236,12 +283,15 @@ def run_playbook(
     refuse_secrets()
     options = options or AnsibleOptions()
     with private_folder() as private:
-        return _run_playbook(
+        result = _run_playbook(
             playbook, inventory, verb=verb, limit=limit, tags=tags, skip_tags=skip_tags,
             cmdline=[*extra_vars_args(extra_vars, private), *options.args(private)], check=check,
             diff=diff, forks=forks, verbosity=verbosity, observer=observer,
             env={**options.env(), **(env or {})},
         )  # fmt: skip
+    if options.lists:
+        result.listing = _stdout(result.run_dir).strip("\n")
+    return result
 
 
 def _run_playbook(
@@ -440,7 +490,8 @@ class _Collector:
         elif kind == "runner_on_failed" and host and not data.get("ignore_errors"):
             self.failures.append(Failure(host, task, failure_message(res)))
         elif kind == "runner_on_unreachable" and host:
-            self.failures.append(Failure(host, task, failure_message(res), unreachable=True))
+            reason = str(classify(failure_message(res)))
+            self.failures.append(Failure(host, task, reason, unreachable=True))
         elif kind == "playbook_on_stats":
             self._stats(data)
         # The gate's results, also of each item of a looped gate (multi-node heads: group_gate.yml).

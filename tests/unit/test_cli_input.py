@@ -52,6 +52,7 @@ def no_host_is_touched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PROVISION_QUIET", "1")
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.delenv("PROVISION_FORKS", raising=False)
+    monkeypatch.delenv("PROVISION_PARALLEL", raising=False)
     for name in ("PROVISION_DOCKER_HOST", "DOCKER_HOST"):
         monkeypatch.delenv(name, raising=False)
 
@@ -229,14 +230,14 @@ def test_a_vault_encrypted_vars_file_is_handed_on_unread(tmp_path: Path) -> None
         (
             ["bootstrap", "-i", "{inv}", "--parallel", "0", "n1"],
             {},
-            "'--parallel' (env var: 'PROVISION_FORKS')",
+            "'--parallel' (env var: 'PROVISION_PARALLEL')",
         ),
         (
             ["bootstrap", "-i", "{inv}", "n1"],
-            {"PROVISION_FORKS": "-1"},
-            "'--parallel' (env var: 'PROVISION_FORKS')",
+            {"PROVISION_PARALLEL": "-1"},
+            "'--parallel' (env var: 'PROVISION_PARALLEL')",
         ),
-        (["bootstrap", "-i", "{inv}", "--port", "0", "n1"], {}, "'--port' / '-p'"),
+        (["bootstrap", "-i", "{inv}", "--port", "0", "n1"], {}, "'--port'"),
     ],
 )
 def test_counts_below_1_are_usage_errors(
@@ -259,7 +260,7 @@ def test_counts_below_1_are_usage_errors(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["bootstrap", "-i", "{inv}", "--port", "70000", "n1"], "'--port' / '-p': Input should be less than"),
+        (["bootstrap", "-i", "{inv}", "--port", "70000", "n1"], "'--port': Input should be less than"),
         (
             ["bootstrap", "-i", "{inv}", "--timeout", "-1", "n1"],
             "'--timeout': must be a number of seconds above 0",

@@ -38,7 +38,15 @@ EVENTS = [
         res={"changed": True, "diff": {"before": "a\n", "after": "b\n"}},
     ),
     ev("runner_on_failed", "n3", "Check disk", "preflight", res={"msg": "/var has 1 MiB free"}),
-    ev("runner_on_unreachable", "n4", "Gathering Facts", res={"msg": "ssh: connect refused"}),
+    ev(
+        "runner_on_unreachable",
+        "n4",
+        "Gathering Facts",
+        res={
+            "msg": "EOF on stream; last 100 lines received:\n"
+            "ssh: connect to host 10.0.0.4 port 22: Connection refused"
+        },
+    ),
     ev("playbook_on_stats", ok={"n1": 1, "n2": 1}, changed={"n2": 1}, failures={"n3": 1}, dark={"n4": 1}),
 ]
 
@@ -53,7 +61,7 @@ def test_line_progress_prints_banners_and_non_ok_results() -> None:
         "PLAY Preflight",
         "  n2               changed     preflight : Write file",
         "  n3               failed      preflight : Check disk",
-        "  n4               unreachable Gathering Facts",
+        "  n4               unreachable Gathering Facts (connection refused)",
     ]
 
 
@@ -67,6 +75,8 @@ def test_live_progress_table_has_a_row_per_host_with_counts() -> None:
     assert hosts == ["n1", "n2", "n3", "n4"]
     assert list(table.columns[2].cells)[1] == "[yellow]1[/]"  # n2 changed
     assert list(table.columns[3].cells)[2] == "[red]1[/]"  # n3 failed
+    assert list(table.columns[4].cells)[3] == "[red]1[/]"  # n4 unreachable
+    assert list(table.columns[5].cells)[3] == "UNREACHABLE: connection refused"
 
 
 def test_collector_builds_stats_failures_and_changes() -> None:
@@ -76,6 +86,9 @@ def test_collector_builds_stats_failures_and_changes() -> None:
     assert collector.hosts["n2"] == HostStats(ok=1, changed=1)
     assert collector.hosts["n4"].unreachable == 1
     assert [(f.host, f.unreachable) for f in collector.failures] == [("n3", False), ("n4", True)]
+    assert collector.failures[1].message == (
+        "connection refused: ssh: connect to host 10.0.0.4 port 22: Connection refused"
+    )
     assert collector.changes[0].diff.splitlines()[-2:] == ["-a", "+b"]
 
 
@@ -97,7 +110,15 @@ def test_bad_input_exit_code_only_when_no_host_was_reached() -> None:
     unreachable = RunResult(
         "site", 4, "failed", Path("/tmp/r"), 0.1, False, hosts={"n": HostStats(unreachable=1)}
     )
-    assert unreachable.exit_code == 1
+    assert unreachable.exit_code == 4
+    assert unreachable.to_json()["unreachable"] == {"n": ""}
+    assert unreachable.to_json()["hosts"]["n"]["result"] == "unreachable"
+    both = RunResult(
+        "site", 2, "failed", Path("/tmp/r"), 0.1, False,
+        hosts={"n": HostStats(unreachable=1), "m": HostStats(ok=1, failed=1)},
+    )  # fmt: skip
+    assert both.exit_code == 1  # a failed host is not fixed by waiting for the unreachable one
+    assert both.to_json()["failed"] == ["m"]
 
 
 def test_failure_message_of_loops_names_items() -> None:
@@ -169,8 +190,10 @@ def test_the_report_of_failed_and_unreachable_hosts_names_doctor_on_them() -> No
     report(result, Console.for_stream(out), Path("/site/my inventory.ini"))
     lines = out.getvalue().splitlines()
     assert "UNREACHABLE n4: Gathering Facts" in lines
+    assert "unreachable, not reached (1):" in lines
+    assert "  n4  connection refused: ssh: connect to host 10.0.0.4 port 22: Connection refused" in lines
     assert lines[-2:] == [
-        "failed (2 host(s): n3, n4); run directory: /tmp/r",
+        "failed: n3; unreachable: n4 (exit 1); run directory: /tmp/r",
         "what is wrong there and how to fix it: provision doctor '/site/my inventory.ini' --limit n3,n4",
     ]
     healthy = RunResult("site", 0, "successful", Path("/tmp/r"), 1.0, False)
@@ -207,3 +230,24 @@ def test_a_change_without_a_diff_keeps_its_message_and_plan_shows_it() -> None:
         "  ~ openeuler_repos : Packages to install once the sources are in place",
         "      would install: dkms, gcc, pciutils",
     ]
+
+
+def test_plan_says_unreachable_and_failed_hosts_were_not_planned() -> None:
+    from provision.cli.console import Console
+    from provision.cli.plan import show_plan
+
+    collector = _Collector(None)
+    for event in EVENTS:
+        collector.handle(event)
+    result = RunResult("site", 4, "failed", Path("/tmp/r"), 1.0, True)
+    result.hosts, result.failures, result.changes = collector.hosts, collector.failures, collector.changes
+    out = io.StringIO()
+    show_plan(result, Console.for_stream(out))
+    lines = out.getvalue().splitlines()
+    assert "n1: no changes" in lines
+    assert "n3: no changes (FAILED: the changes after the failed task are unknown)" in lines
+    assert (
+        "n4: UNREACHABLE, not planned (connection refused: ssh: connect to host 10.0.0.4 port 22: "
+        "Connection refused)"
+    ) in lines
+    assert not [line for line in lines if line.startswith("n4: no changes")]
