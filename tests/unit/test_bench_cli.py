@@ -33,6 +33,9 @@ class Stub:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     token_delay_s: float = 0.0
     api_key: str | None = None
+    headers: list[dict[str, str]] = field(default_factory=list)
+    hits: int = 0
+    """Every HTTP request the stub answered (models, tokenizer, completions)."""
 
 
 def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
@@ -55,10 +58,12 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
             return True
 
         def do_GET(self) -> None:
+            stub.hits += 1
             if self._authorised():
                 self._json(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
 
         def do_POST(self) -> None:
+            stub.hits += 1
             if not self._authorised():
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -71,6 +76,7 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
                 self._json(200, {"prompt": "".join(chr(i) for i in body["tokens"])})
                 return
             stub.bodies.append(body)
+            stub.headers.append(dict(self.headers))
             chat = self.path == "/v1/chat/completions"
             prompt = body["messages"][0]["content"] if chat else body["prompt"]
             if "FAIL" in prompt:
@@ -160,13 +166,16 @@ def test_chat_the_table_and_the_saved_per_request_timings(
 ) -> None:
     saved = tmp_path / "result.json"
     args = [stub.url, "--dataset-name", "fixed", "--fixed-output-len", "4", "--num-prompts", "3"]
-    code, out, _ = run([*args, "--endpoint-type", "chat", "--save-result", str(saved)], monkeypatch, capsys)
+    args += ["--endpoint-type", "chat", "--save-result", "--save-detailed", "--result-filename", str(saved)]
+    code, out, _ = run(args, monkeypatch, capsys)
     assert code == 0
     assert stub.bodies[0]["messages"][0]["role"] == "user" and stub.bodies[0]["max_completion_tokens"] == 4
     assert "provision bench" in out and "J/token" in out and stub.url in out
     assert f"{stub.url} (conc -, rate inf): energy n/a: {bench_cli.NO_POWER_FOR_URL}" in out
+    assert f"result: {saved}" in out
     data = json.loads(saved.read_text())
-    assert data["endpoint_type"] == "chat" and data["total_output_tokens"] == 12
+    # vLLM writes its --backend under endpoint_type too
+    assert data["endpoint_type"] == data["backend"] == "openai-chat" and data["total_output_tokens"] == 12
     assert len(data["ttfts"]) == 3 and [len(itl) for itl in data["itls"]] == [3, 3, 3]
     assert data["errors"] == ["", "", ""]
 
@@ -320,13 +329,16 @@ def test_an_unreachable_url_exits_1_with_the_cause(
     ("args", "message"),
     [
         (["--slo", "ttft=soon"], "--slo ttft=soon: ttft='soon' is not a number of milliseconds"),
-        (["--dataset-name", "nope"], "--dataset-name nope: one of random, sharegpt, fixed"),
+        (["--dataset-name", "nope"], "--dataset-name nope: one of random, sharegpt, custom, fixed"),
         (
             ["--dataset-name", "sharegpt", "--dataset-path", "/nonexistent/d.json"],
             "--dataset-path /nonexistent/d.json: no such file",
         ),
         (["--dataset-name", "sharegpt"], "--dataset-name sharegpt needs --dataset-path FILE"),
-        (["--dataset-path", "x.json"], "--dataset-path applies to --dataset-name sharegpt, not random"),
+        (
+            ["--dataset-path", "x.json"],
+            "--dataset-path applies to --dataset-name sharegpt or custom, not random",
+        ),
         (["--endpoint-type", "embeddings"], "--endpoint-type embeddings: one of completions, chat"),
         (["--limit", "node1"], "--limit applies to an inventory, not to a URL"),
         (["--pool", "chat"], "--pool applies to an inventory, not to a URL"),
@@ -351,8 +363,8 @@ def test_an_unreachable_url_exits_1_with_the_cause(
             "--power-from /nonexistent/inv.ini: no such inventory file",
         ),
         (
-            ["--save-result", "/nonexistent/dir/r.json"],
-            "--save-result /nonexistent/dir/r.json: no such folder /nonexistent/dir",
+            ["--save-result", "--result-filename", "/nonexistent/dir/r.json"],
+            "--result-filename /nonexistent/dir/r.json: no such folder /nonexistent/dir",
         ),
         (["--model", "other"], "--model other: http://127.0.0.1:"),
     ],
