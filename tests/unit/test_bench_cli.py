@@ -4,6 +4,7 @@ codes, the JSON keys, the refusals of bad input (exit 2, the option named, no tr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -99,8 +100,9 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def stub() -> Iterator[Stub]:
+@contextlib.contextmanager
+def serving_stub() -> Iterator[Stub]:
+    """The stub server on a free port of 127.0.0.1, for the ``with`` block."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     server.daemon_threads = True
     server.block_on_close = False
@@ -109,9 +111,17 @@ def stub() -> Iterator[Stub]:
     server.RequestHandlerClass = _handler(state)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    with serving_stub() as state:
+        yield state
 
 
 def run(

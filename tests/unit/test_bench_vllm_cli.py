@@ -7,15 +7,23 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from provision.cli._bench_vllm import normalise
 from provision.errors import InputError
-from tests.unit.test_bench_cli import Stub, run, stub  # noqa: F401  (the fixture)
+from tests.unit.test_bench_cli import Stub, run, serving_stub
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    with serving_stub() as state:
+        yield state
+
 
 SMALL = ["--num-prompts", "4", "--random-input-len", "16", "--random-output-len", "3"]
 
@@ -79,6 +87,7 @@ def test_a_vllm_command_line_runs_with_vllms_meaning_and_its_result_file(
     args += ["--result-dir", str(tmp_path / "out"), "--result-filename", "run.json"]
     code, out, err = run(args, monkeypatch, capsys)
     assert code == 0, err
+    assert f"result: {tmp_path / 'out' / 'run.json'}" in out
     saved = json.loads((tmp_path / "out" / "run.json").read_text())
     # vLLM's keys for what provision computes, none of the unselected metrics or percentiles
     for key in (
