@@ -101,9 +101,7 @@ def _target(target: str | None, base_url: str | None, host: str | None, port: in
         raise InputError(f"{target} and {given}: give the server once")
     if target is not None:
         return target
-    if base_url is not None:
-        if host is not None or port is not None:
-            raise InputError("--base-url and --host/--port: give one of them (as vllm bench serve)")
+    if base_url is not None:  # vLLM: --base-url wins over --host/--port
         return base_url
     shown = host or "127.0.0.1"
     return f"http://{f'[{shown}]' if ':' in shown else shown}:{port or 8000}"

@@ -169,6 +169,7 @@ def test_the_chat_backend_goes_to_its_endpoint(
     stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["--base-url", stub.url, "--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
+    args += ["--port", "9"]  # ignored beside --base-url, as vLLM ignores it
     code, out, err = run([*args, *SMALL, "--json"], monkeypatch, capsys)
     assert code == 0, err
     assert all(b["messages"][0]["role"] == "user" for b in stub.bodies)
