@@ -46,7 +46,7 @@ def _provision(url: str, args: argparse.Namespace, out: Path) -> dict[str, float
     argv = [str(BIN / "provision"), "bench", url, "--dataset-name", "random"]
     argv += ["--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len)]
     argv += ["--num-prompts", str(args.num_prompts), "--max-concurrency", str(args.concurrency)]
-    argv += ["--ignore-eos", "--save-result", str(out), "--json"]
+    argv += ["--ignore-eos", "--save-result", "--result-filename", str(out), "--json"]
     _run(argv, dict(os.environ))
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,17 +42,31 @@ class Target:
     model: str
     api_key: str | None = None
     endpoint_type: str = "completions"
+    path: str | None = None
+    """The API path (vLLM's ``--endpoint``) [default: the endpoint type's]."""
+    backend: str | None = None
+    """vLLM's ``--backend`` name the run reports [default: ``openai`` or ``openai-chat``]."""
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    """vLLM's ``--header KEY=VALUE``: sent with every request, after the key (so they win)."""
 
     @property
     def api_url(self) -> str:
-        return self.url + ENDPOINT_TYPES[self.endpoint_type]
+        return self.url + (self.path or ENDPOINT_TYPES[self.endpoint_type])
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend or ("openai-chat" if self.endpoint_type == "chat" else "openai")
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        found = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return found | dict(self.extra_headers)
 
 
-def payload(target: Target, request: SampleRequest, ignore_eos: bool) -> dict[str, Any]:
-    """The request body vLLM's benchmark sends (streaming, usage included)."""
+def payload(
+    target: Target, request: SampleRequest, ignore_eos: bool, extra_body: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The request body vLLM's benchmark sends (streaming, usage included); ``extra_body`` last, as vLLM
+    merges its sampling parameters and ``--extra-body``."""
     body: dict[str, Any] = {"model": target.model, "stream": True, "stream_options": {"include_usage": True}}
     if target.endpoint_type == "chat":
         body["messages"] = [{"role": "user", "content": request.prompt}]
@@ -63,7 +77,7 @@ def payload(target: Target, request: SampleRequest, ignore_eos: bool) -> dict[st
         body["repetition_penalty"] = 1.0
     if ignore_eos:
         body["ignore_eos"] = True
-    return body
+    return body | dict(extra_body or {})
 
 
 def _choice_text(target: Target, choice: Any) -> str:
@@ -133,11 +147,16 @@ class _Stream:
 
 
 async def send(
-    client: aiohttp.ClientSession, target: Target, request: SampleRequest, *, ignore_eos: bool
+    client: aiohttp.ClientSession,
+    target: Target,
+    request: SampleRequest,
+    *,
+    ignore_eos: bool,
+    extra_body: Mapping[str, Any] | None = None,
 ) -> RequestOutput:
     """One streamed request; never raises for what the server or the network did (that is a failure)."""
     out = RequestOutput(prompt_len=request.prompt_len)
-    body = payload(target, request, ignore_eos)
+    body = payload(target, request, ignore_eos, extra_body)
     started = time.perf_counter()
     out.start_time = started
     stream = _Stream(target, out, started)

@@ -12,6 +12,9 @@
     ..., "value": ...}, ...]}``): the first turn is the prompt, the second's token count the output length
     (unless ``--sharegpt-output-len``); entries with fewer than two turns are skipped, as vLLM does, and the
     list is repeated when it has fewer entries than ``--num-prompts``.
+``custom``
+    vLLM's CustomDataset: JSON Lines with a ``"prompt"`` per line, ``--custom-output-len`` tokens each
+    (default 256), sent as written (``--skip-chat-template``: provision applies no chat template).
 ``fixed``
     One prompt (``--fixed-prompt``) sent ``--num-prompts`` times, ``--fixed-output-len`` tokens each.
 """
@@ -29,7 +32,7 @@ from typing import Any, Protocol
 
 from provision.errors import InputError
 
-DATASETS = ("random", "sharegpt", "fixed")
+DATASETS = ("random", "sharegpt", "custom", "fixed")
 DEFAULT_FIXED_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
@@ -55,14 +58,42 @@ def length_range(mean: int, ratio: float) -> tuple[int, int]:
     return math.floor(mean * (1 - ratio)), math.ceil(mean * (1 + ratio))
 
 
-def check_random(input_len: int, output_len: int, ratio: float) -> None:
+def range_ratios(text: str) -> tuple[float, float]:
+    """``--random-range-ratio``: one number for input and output, or vLLM's JSON ``{"input": r, "output":
+    r}``; each in [0, 1). InputError naming the option otherwise."""
+    shown = f"--random-range-ratio {text}"
+    try:
+        ratios = [float(text)] * 2
+    except ValueError:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            raise InputError(f'{shown}: not a number nor {{"input": R, "output": R}}') from None
+        if not isinstance(data, dict) or not set(data) <= {"input", "output"}:
+            raise InputError(f'{shown}: a JSON object has the keys "input" and "output" only') from None
+        try:
+            ratios = [float(data.get(key, 0.0)) for key in ("input", "output")]
+        except (TypeError, ValueError):
+            raise InputError(f"{shown}: the ratios must be numbers") from None
+    for ratio in ratios:
+        if not 0.0 <= ratio < 1.0:
+            raise InputError(f"--random-range-ratio {ratio:g}: must be in [0, 1)")
+    return ratios[0], ratios[1]
+
+
+def check_random(
+    input_len: int, output_len: int, ratio: float, output_ratio: float | None = None, prefix_len: int = 0
+) -> None:
     """InputError naming the option when the random lengths are not usable."""
-    if not 0.0 <= ratio < 1.0:
-        raise InputError(f"--random-range-ratio {ratio:g}: must be in [0, 1)")
+    for value in (ratio, output_ratio if output_ratio is not None else ratio):
+        if not 0.0 <= value < 1.0:
+            raise InputError(f"--random-range-ratio {value:g}: must be in [0, 1)")
     if input_len < 1:
         raise InputError(f"--random-input-len {input_len}: must be at least 1")
     if output_len < 1:
         raise InputError(f"--random-output-len {output_len}: must be at least 1")
+    if prefix_len < 0:
+        raise InputError(f"--random-prefix-len {prefix_len}: must be 0 or more")
     if length_range(input_len, ratio)[0] < 1:
         raise InputError(
             f"--random-input-len {input_len} with --random-range-ratio {ratio:g} can draw an empty prompt"
@@ -90,18 +121,23 @@ def random_requests(
     output_len: int,
     range_ratio: float = 0.0,
     seed: int = 0,
+    output_range_ratio: float | None = None,
+    prefix_len: int = 0,
 ) -> list[SampleRequest]:
-    """``count`` random prompts (lengths as in vLLM's RandomDataset), decoded by ``tokenizer``."""
-    check_random(input_len, output_len, range_ratio)
+    """``count`` random prompts (lengths as in vLLM's RandomDataset), decoded by ``tokenizer``; with
+    ``prefix_len``, each starts with the same ``prefix_len`` random tokens (``--random-prefix-len``)."""
+    out_ratio = range_ratio if output_range_ratio is None else output_range_ratio
+    check_random(input_len, output_len, range_ratio, out_ratio, prefix_len)
     rng = random.Random(seed)
     pool = token_pool(tokenizer, seed)
+    prefix = [rng.choice(pool) for _ in range(prefix_len)]
     in_low, in_high = length_range(input_len, range_ratio)
-    out_low, out_high = length_range(output_len, range_ratio)
+    out_low, out_high = length_range(output_len, out_ratio)
     out: list[SampleRequest] = []
     for _ in range(count):
         length = rng.randint(in_low, in_high)
         prompt, got = decode_to_length(
-            tokenizer, [rng.choice(pool) for _ in range(length)], length, pool, rng
+            tokenizer, prefix + [rng.choice(pool) for _ in range(length)], prefix_len + length, pool, rng
         )
         out.append(SampleRequest(prompt, got, rng.randint(max(out_low, 1), max(out_high, 1))))
     return out
@@ -182,26 +218,36 @@ def _turns(entry: Any) -> tuple[str, str] | None:
     return str(values[0]), str(values[1])
 
 
-def sharegpt_requests(
-    path: Path,
-    count: int,
-    tokenizer: Tokenizer | None,
-    *,
-    output_len: int | None = None,
-    seed: int = 0,
-) -> list[SampleRequest]:
-    """``count`` requests from a ShareGPT-style file (shuffled with ``seed``, repeated when short)."""
+def sharegpt_pairs(path: Path) -> list[tuple[str, str]]:
+    """The (prompt, answer) pairs of a ShareGPT-style file; InputError naming the file when it has none."""
     pairs = [pair for pair in map(_turns, _entries(path)) if pair]
     if not pairs:
         raise InputError(
             f"--dataset-path {path}: no entry with a 'conversations' list of two turns or more "
             '(ShareGPT format: {"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]})'
         )
+    return pairs
+
+
+def sharegpt_requests(
+    path: Path | Sequence[tuple[str, str]],
+    count: int,
+    tokenizer: Tokenizer | None,
+    *,
+    output_len: int | None = None,
+    seed: int = 0,
+    shuffle: bool = True,
+    oversample: bool = True,
+) -> list[SampleRequest]:
+    """``count`` requests from a ShareGPT-style file, or its :func:`sharegpt_pairs` (shuffled with
+    ``seed`` unless ``shuffle`` is off, repeated when short unless ``oversample`` is off)."""
+    pairs = sharegpt_pairs(path) if isinstance(path, Path) else list(path)
     if output_len is None and tokenizer is None:
         raise InputError(
             "--dataset-name sharegpt needs a tokenizer for the output lengths, or --sharegpt-output-len"
         )
-    random.Random(seed).shuffle(pairs)
+    if shuffle:
+        random.Random(seed).shuffle(pairs)
     out: list[SampleRequest] = []
     for prompt, completion in pairs[:count]:
         prompt_len = len(tokenizer.encode(prompt)) if tokenizer else 0
@@ -209,6 +255,44 @@ def sharegpt_requests(
             output_len if output_len is not None else len(tokenizer.encode(completion)) if tokenizer else 0
         )
         out.append(SampleRequest(prompt, prompt_len, max(wanted, 1)))
-    while len(out) < count:  # vLLM oversamples a short dataset the same way
+    while oversample and len(out) < count:  # vLLM oversamples a short dataset the same way
         out.append(out[len(out) % len(pairs)])
+    return out
+
+
+def custom_prompts(path: Path) -> list[str]:
+    """The ``"prompt"`` of every line of a JSON Lines file (vLLM's CustomDataset); InputError naming the
+    file and line for anything else."""
+    if path.suffix != ".jsonl":
+        raise InputError(f"--dataset-path {path}: --dataset-name custom reads a .jsonl file (as vLLM)")
+    prompts: list[str] = []
+    for number, entry in enumerate(_entries(path), 1):
+        prompt = entry.get("prompt") if isinstance(entry, dict) else None
+        if not isinstance(prompt, str) or not prompt:
+            raise InputError(f'{path}:{number}: no "prompt" text in this entry')
+        prompts.append(prompt)
+    if not prompts:
+        raise InputError(f"--dataset-path {path}: no entry")
+    return prompts
+
+
+def custom_requests(
+    prompts: Sequence[str],
+    count: int,
+    tokenizer: Tokenizer | None,
+    *,
+    output_len: int,
+    seed: int = 0,
+    shuffle: bool = True,
+    oversample: bool = True,
+) -> list[SampleRequest]:
+    """``count`` requests of ``prompts`` (:func:`custom_prompts`), ``output_len`` tokens each."""
+    if output_len < 1:
+        raise InputError(f"--custom-output-len {output_len}: must be at least 1")
+    chosen = list(prompts)
+    if shuffle:
+        random.Random(seed).shuffle(chosen)
+    out = [SampleRequest(p, len(tokenizer.encode(p)) if tokenizer else 0, output_len) for p in chosen[:count]]
+    while oversample and len(out) < count:
+        out.append(out[len(out) % len(chosen)])
     return out

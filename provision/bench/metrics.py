@@ -29,6 +29,9 @@ from provision.errors import InputError
 DEFAULT_PERCENTILES = (90.0, 99.0)
 """Reported besides mean and median (vLLM reports p99 unless --metric-percentiles says otherwise)."""
 
+NOT_MEASURED = ("client_queue_time", "e2el_including_client_queue")
+"""vLLM's ``--percentile-metrics`` names provision does not measure."""
+
 SLO_METRICS = ("ttft", "tpot", "e2el")
 """The request-level metrics an SLO may bound, as vLLM's ``--goodput`` names them."""
 
@@ -126,14 +129,37 @@ def samples(outputs: Sequence[RequestOutput]) -> dict[str, list[float]]:
     return found
 
 
+def peaks(outputs: Sequence[RequestOutput]) -> tuple[float, int]:
+    """vLLM's ``max_output_tokens_per_s`` and ``max_concurrent_requests``: the most token events, and the
+    most completed requests in flight, in any one-second bucket from the first request's start."""
+    done = [out for out in outputs if out.success]
+    if not done:
+        return 0.0, 0
+    first = min(out.start_time for out in done)
+    buckets = math.ceil(max(out.start_time + out.latency for out in done) - first) + 1
+    tokens = [0] * buckets
+    in_flight = [0] * buckets
+    for out in done:
+        at = out.start_time + out.ttft
+        for gap in [0.0, *out.itl]:
+            at += gap
+            if 0 <= int(at - first) < buckets:
+                tokens[int(at - first)] += 1
+        for second in range(int(out.start_time - first), int(out.start_time + out.latency - first) + 1):
+            in_flight[second] += 1
+    return float(max(tokens)), max(in_flight)
+
+
 def calculate(
     outputs: Sequence[RequestOutput],
     duration_s: float,
     *,
     slo: Mapping[str, float] | None = None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    selected: Sequence[str] = LATENCIES,
 ) -> dict[str, Any]:
-    """The summary of one run under vLLM's result keys (``request_goodput`` is None without an SLO)."""
+    """The summary of one run under vLLM's result keys (``request_goodput`` is None without an SLO);
+    mean, median, std and ``percentiles`` of the ``selected`` latencies (vLLM's ``--percentile-metrics``)."""
     done = [out for out in outputs if out.success]
     total_input = sum(out.prompt_len for out in done)
     total_output = sum(out.output_len for out in done)
@@ -147,6 +173,7 @@ def calculate(
         bounded = [(per_metric[key], ms / 1000) for key, ms in slo.items()]
         good = sum(all(values[i] <= bound for values, bound in bounded) for i in range(len(done)))
     duration = duration_s if duration_s > 0 else float("nan")
+    peak_tokens, peak_requests = peaks(done)
     result: dict[str, Any] = {
         "duration": duration_s,
         "completed": len(done),
@@ -157,16 +184,52 @@ def calculate(
         "request_goodput": good / duration if slo else None,
         "output_throughput": total_output / duration,
         "total_token_throughput": (total_input + total_output) / duration,
+        "max_output_tokens_per_s": peak_tokens,
+        "max_concurrent_requests": peak_requests,
         "requests_without_usage": no_usage,
     }
     for name in LATENCIES:
-        result |= _stats(name, found[name], percentiles)
+        if name in selected:
+            result |= _stats(name, found[name], percentiles)
     return result
 
 
+def percentile_metrics(text: str) -> tuple[str, ...]:
+    """``--percentile-metrics ttft,tpot``: vLLM's metric names; InputError naming the option otherwise."""
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if not name:
+            raise InputError(f"--percentile-metrics {text}: an empty item (e.g. ttft,tpot,itl)")
+        if name in NOT_MEASURED:
+            raise InputError(
+                f"--percentile-metrics {text}: provision does not measure {name}; "
+                f"one of {', '.join(LATENCIES)}"
+            )
+        if name not in LATENCIES:
+            raise InputError(f"--percentile-metrics {text}: {name!r} is not one of {', '.join(LATENCIES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def metric_percentiles(text: str) -> tuple[float, ...]:
+    """``--metric-percentiles 50,90,99``: numbers from 0 to 100; InputError naming the option otherwise."""
+    found: list[float] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise InputError(f"--metric-percentiles {text}: an empty item (e.g. 50,90,99)")
+        try:
+            value = float(part)
+        except ValueError:
+            value = math.nan
+        if not 0 <= value <= 100:
+            raise InputError(f"--metric-percentiles {text}: {part!r} is not a percentile from 0 to 100")
+        found.append(value)
+    return tuple(dict.fromkeys(found))
+
+
 def per_request(outputs: Sequence[RequestOutput]) -> dict[str, list[Any]]:
-    """Every request's timings, under the names vLLM saves them (for re-analysis)."""
+    """Every request's timings and text, under the names vLLM saves them (``--save-detailed``)."""
     return {
+        "generated_texts": [o.generated_text for o in outputs],
         "input_lens": [o.prompt_len for o in outputs],
         "output_lens": [o.output_len for o in outputs],
         "ttfts": [o.ttft for o in outputs],

@@ -13,8 +13,8 @@ import asyncio
 import gc
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +39,14 @@ class Workload:
     timeout_s: float = 3600.0
     seed: int = 0
     slo: dict[str, float] | None = None
+    percentiles: tuple[float, ...] = metrics.DEFAULT_PERCENTILES
+    """vLLM's ``--metric-percentiles``."""
+    selected: tuple[str, ...] = metrics.LATENCIES
+    """vLLM's ``--percentile-metrics``: the latencies reported."""
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    """Sampling parameters and ``--extra-body``, merged into every request's body."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Result keys the command line sets (``label``, ``--metadata``, ``model_id``, ``tokenizer_id``)."""
 
 
 @dataclass
@@ -54,9 +62,11 @@ class RunResult:
     def failures(self) -> list[str]:
         return [o.error for o in self.outputs if not o.success]
 
-    def saved(self) -> dict[str, Any]:
-        """What ``--save-result`` writes: the summary and, under vLLM's names, every request's timings."""
-        return {**self.summary, **metrics.per_request(self.outputs)}
+    def saved(self, detailed: bool = True) -> dict[str, Any]:
+        """What ``--save-result`` writes: the summary and, under vLLM's names, every request's timings and
+        text (``--save-detailed``) or, as vLLM keeps them without it, their latencies only."""
+        timings = metrics.per_request(self.outputs)
+        return {**self.summary, **(timings if detailed else {"latencies": timings["latencies"]})}
 
 
 async def _measure(
@@ -70,7 +80,9 @@ async def _measure(
 
         async def bounded(request: SampleRequest) -> RequestOutput:
             async with gate:
-                return await send(client, target, request, ignore_eos=workload.ignore_eos)
+                return await send(
+                    client, target, request, ignore_eos=workload.ignore_eos, extra_body=workload.extra_body
+                )
 
         if workload.num_warmups and workload.requests:
             warming = asyncio.gather(*(bounded(workload.requests[0]) for _ in range(workload.num_warmups)))
@@ -120,11 +132,13 @@ def config(target: Target, workload: Workload, tokenizer_id: str | None) -> dict
     """The run's settings under vLLM's result keys."""
     return {
         "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
-        "endpoint_type": target.endpoint_type,
-        "backend": "openai-chat" if target.endpoint_type == "chat" else "openai",
+        "endpoint_type": target.backend_name,  # vLLM writes its --backend here too
+        "backend": target.backend_name,
+        "label": None,
         "base_url": target.url,
         "model_id": target.model,
         "tokenizer_id": tokenizer_id or "server",
+        **workload.meta,
         "num_prompts": len(workload.requests),
         "request_rate": workload.request_rate if math.isfinite(workload.request_rate) else "inf",
         "burstiness": workload.burstiness,
@@ -149,7 +163,9 @@ def run_one(
         gc.unfreeze()
     summary = {
         **config(target, workload, tokenizer_id),
-        **metrics.calculate(outputs, duration, slo=workload.slo),
+        **metrics.calculate(
+            outputs, duration, slo=workload.slo, percentiles=workload.percentiles, selected=workload.selected
+        ),
     }
     return RunResult(summary, outputs, window)
 

@@ -34,13 +34,25 @@ from provision.bench.datasets import (
     DEFAULT_FIXED_PROMPT,
     SampleRequest,
     Tokenizer,
+    check_random,
+    custom_prompts,
+    custom_requests,
     fixed_requests,
     random_requests,
+    range_ratios,
+    sharegpt_pairs,
     sharegpt_requests,
 )
-from provision.bench.metrics import parse_slo
+from provision.bench.metrics import (
+    DEFAULT_PERCENTILES,
+    LATENCIES,
+    metric_percentiles,
+    parse_slo,
+    percentile_metrics,
+)
 from provision.bench.run import RunResult, Workload, sweep
-from provision.cli import _inputs
+from provision.cli import _bench_vllm, _inputs
+from provision.cli._bench_vllm import BACKENDS, DATASETS_REFUSED
 from provision.cli.console import Console, is_interactive
 from provision.errors import InputError
 
@@ -64,19 +76,88 @@ class Instance:
 def _positive_list(text: str | None, option: str, *, integer: bool) -> list[float] | None:
     if text is None:
         return None
+    kind = "whole numbers of requests above 0" if integer else "requests/s above 0 (or inf)"
+    if not text.strip():
+        raise InputError(f"{option} {text!r}: no value given (e.g. 1,4,16)")
     values: list[float] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise InputError(f"{option} {text}: an empty item; give {kind}, e.g. 1,4,16")
         try:
             value = math.inf if not integer and part.lower() == "inf" else float(part)
         except ValueError:
             value = math.nan
         if not (value > 0) or (integer and not value.is_integer()):
-            kind = "whole numbers of requests above 0" if integer else "requests/s above 0 (or inf)"
             raise InputError(f"{option} {text}: {part!r} is not one of {kind}")
         values.append(value)
-    if not values:
-        raise InputError(f"{option} {text!r}: no value given (e.g. 1,4,16)")
     return values
+
+
+def _target(target: str | None, base_url: str | None, host: str | None, port: int | None) -> str:
+    """The server or inventory to load: TARGET, else vLLM's ``--base-url``, else ``http://HOST:PORT``
+    (vLLM's defaults 127.0.0.1 and 8000)."""
+    if target is not None and (base_url is not None or host is not None or port is not None):
+        given = "--base-url" if base_url is not None else "--host/--port"
+        raise InputError(f"{target} and {given}: give the server once")
+    if target is not None:
+        return target
+    if base_url is not None:  # vLLM: --base-url wins over --host/--port
+        return base_url
+    shown = host or "127.0.0.1"
+    return f"http://{f'[{shown}]' if ':' in shown else shown}:{port or 8000}"
+
+
+def _request_kind(backend: str | None, endpoint_type: str | None) -> str:
+    """completions or chat, from vLLM's ``--backend`` or provision's ``--endpoint-type``."""
+    if endpoint_type is not None and endpoint_type not in ENDPOINT_TYPES:
+        raise InputError(f"--endpoint-type {endpoint_type}: one of {', '.join(ENDPOINT_TYPES)}")
+    if backend is None:
+        return endpoint_type or "completions"
+    if backend not in BACKENDS:
+        raise InputError(
+            f"--backend {backend}: provision bench measures generation: vllm or openai (completions), "
+            "openai-chat (chat completions)"
+        )
+    if endpoint_type is not None and endpoint_type != BACKENDS[backend]:
+        raise InputError(f"--backend {backend} and --endpoint-type {endpoint_type}: give one of them")
+    return BACKENDS[backend]
+
+
+def _endpoint_path(endpoint: str | None, kind: str, backend: str | None) -> str | None:
+    """vLLM's ``--endpoint``: a path whose end names the API the backend speaks (vLLM checks the same)."""
+    if endpoint is None:
+        return None
+    suffix = "chat/completions" if kind == "chat" else "completions"
+    if not endpoint.startswith("/"):
+        raise InputError(f"--endpoint {endpoint}: a path on the server, e.g. {ENDPOINT_TYPES[kind]}")
+    if not endpoint.rstrip("/").endswith(suffix):
+        raise InputError(
+            f"--endpoint {endpoint}: --backend {backend or ('openai-chat' if kind == 'chat' else 'openai')} "
+            f"sends to a path ending in {suffix}"
+        )
+    return endpoint
+
+
+def _dataset_source(
+    dataset: str, path: Path | None, custom_output_len: int, as_written: bool
+) -> list[tuple[str, str]] | list[str] | None:
+    """The dataset file read and checked now, before any request: sharegpt's pairs, custom's prompts."""
+    if dataset in ("sharegpt", "custom"):
+        if path is None:
+            raise InputError(f"--dataset-name {dataset} needs --dataset-path FILE")
+        if dataset == "sharegpt":
+            return sharegpt_pairs(path)
+        if custom_output_len < 1:
+            raise InputError(f"--custom-output-len {custom_output_len}: must be at least 1")
+        if not as_written:
+            raise InputError(
+                "--dataset-name custom: provision applies no chat template to the prompts: give "
+                "--skip-chat-template (sent as written), or --backend openai-chat (the server applies it)"
+            )
+        return custom_prompts(path)
+    if path is not None:
+        raise InputError(f"--dataset-path applies to --dataset-name sharegpt or custom, not {dataset}")
+    return None
 
 
 def _url(text: str) -> str:
@@ -86,35 +167,114 @@ def _url(text: str) -> str:
     return endpoint(text, None, None).base
 
 
+def _wait_ready(url: str, model: str | None, api_key: str | None, budget_s: int) -> None:
+    """vLLM's ``--ready-check-timeout-sec``: the server's health gate, for at most ``budget_s``."""
+    from provision.serving.health import Endpoint, wait_ready
+
+    verdict = wait_ready(Endpoint(url, model, api_key), budget_s=float(budget_s))
+    if not verdict.ready:
+        raise Unreachable(f"{url}: not ready within --ready-check-timeout-sec {budget_s}: {verdict.message}")
+
+
 def _tokenizer(path: str | None, target: Target) -> Tokenizer:
     return LocalTokenizer(path) if path else ServerTokenizer(target.url, target.model, target.api_key)
 
 
 def _requests(
     dataset: str,
+    source: list[tuple[str, str]] | list[str] | None,
     count: int,
     tokenizer: Tokenizer,
     *,
-    dataset_path: Path | None,
     input_len: int,
     output_len: int,
     range_ratio: float,
+    output_range_ratio: float,
+    prefix_len: int,
     sharegpt_output_len: int | None,
+    custom_output_len: int,
     fixed_prompt: str,
     fixed_output_len: int,
     seed: int,
+    shuffle: bool,
+    oversample: bool,
 ) -> list[SampleRequest]:
     if dataset == "sharegpt":
-        if dataset_path is None:
-            raise InputError("--dataset-name sharegpt needs --dataset-path FILE (JSON or JSON Lines)")
-        return sharegpt_requests(dataset_path, count, tokenizer, output_len=sharegpt_output_len, seed=seed)
-    if dataset_path is not None:
-        raise InputError(f"--dataset-path applies to --dataset-name sharegpt, not {dataset}")
+        pairs = [pair for pair in source or [] if isinstance(pair, tuple)]
+        return sharegpt_requests(
+            pairs, count, tokenizer, output_len=sharegpt_output_len, seed=seed, shuffle=shuffle,
+            oversample=oversample,
+        )  # fmt: skip
+    if dataset == "custom":
+        prompts = [p for p in source or [] if isinstance(p, str)]
+        return custom_requests(
+            prompts, count, tokenizer, output_len=custom_output_len, seed=seed, shuffle=shuffle,
+            oversample=oversample,
+        )  # fmt: skip
     if dataset == "fixed":
         return fixed_requests(count, fixed_prompt, fixed_output_len, tokenizer)
     return random_requests(
-        tokenizer, count, input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed
+        tokenizer, count, input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed,
+        output_range_ratio=output_range_ratio, prefix_len=prefix_len,
+    )  # fmt: skip
+
+
+def _result_file(result_dir: Path | None, result_filename: str | None) -> Path:
+    """Where ``--save-result`` writes: ``--result-dir`` (made now, as vLLM makes it) joined with
+    ``--result-filename``, or with the name vLLM gives (filled in after the run: the model is not known
+    yet). Checked before any request."""
+    folder = result_dir or Path()
+    if result_dir is not None:
+        if result_dir.exists() and not result_dir.is_dir():
+            raise InputError(f"--result-dir {result_dir}: not a folder")
+        try:
+            result_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"--result-dir {result_dir}: cannot make it: {exc.strerror or exc}") from None
+    if result_filename is None:
+        return folder / _VLLM_NAME
+    if not result_filename.strip() or result_filename.endswith("/"):
+        raise InputError(f"--result-filename {result_filename!r}: not a file name")
+    file = folder / result_filename
+    if not file.parent.is_dir():
+        raise InputError(f"--result-filename {result_filename}: no such folder {file.parent}")
+    if file.is_dir():
+        raise InputError(f"--result-filename {result_filename}: {file} is a folder")
+    return file
+
+
+_VLLM_NAME = "{vllm}"
+"""Stands for the file name vLLM gives a result (:func:`_vllm_name`) until the model is known."""
+
+
+def _vllm_name(summary: dict[str, Any], label: str | None) -> str:
+    """vLLM's ``LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json`` (its ``compute_result_filename``)."""
+    rate = summary["request_rate"]
+    concurrency = summary["max_concurrency"]
+    model_id = str(summary["model_id"]).split("/")[-1]
+    return (
+        f"{label or summary['backend']}-{float(rate)}qps"
+        f"{f'-concurrency{concurrency}' if concurrency is not None else ''}-{model_id}-{summary['date']}.json"
     )
+
+
+def _save(
+    rows: Sequence[tuple[str, RunResult]], file: Path, *, detailed: bool, append: bool, label: str | None
+) -> Path:
+    """The result as vLLM writes it: one run's object (several runs: a list of them; with ``append``, one
+    object a line after what the file holds). Returns the file written."""
+    saved = [result.saved(detailed) for _, result in rows]
+    if file.name == _VLLM_NAME:
+        file = file.with_name(_vllm_name(rows[0][1].summary, label))
+    if append:
+        with file.open("a+", encoding="utf-8") as out:
+            for run in saved:
+                if out.tell() != 0:
+                    out.write("\n")
+                out.write(json.dumps(run))
+        return file
+    file.write_text(json.dumps(saved[0] if len(saved) == 1 else saved, indent=2) + "\n", encoding="utf-8")
+    return file
 
 
 # ------------------------------------------------------------------------------------------ inventory
@@ -208,12 +368,12 @@ def _table(rows: Sequence[tuple[str, RunResult]]) -> None:
             f"{s['completed']}/{s['failed']}",
             _fmt(s["request_throughput"], 2),
             _fmt(s["output_throughput"], 1),
-            _fmt(s["median_ttft_ms"]),
-            _fmt(s["p99_ttft_ms"]),
-            _fmt(s["median_tpot_ms"]),
-            _fmt(s["p99_tpot_ms"]),
-            _fmt(s["median_itl_ms"]),
-            _fmt(s["median_e2el_ms"]),
+            _fmt(s.get("median_ttft_ms")),
+            _fmt(s.get("p99_ttft_ms")),
+            _fmt(s.get("median_tpot_ms")),
+            _fmt(s.get("p99_tpot_ms")),
+            _fmt(s.get("median_itl_ms")),
+            _fmt(s.get("median_e2el_ms")),
             _labelled(_fmt(s["j_per_output_token"], 3), s),
         )
     out.rich.print(table)
@@ -252,31 +412,82 @@ def _progress_bar(enabled: bool) -> tuple[Any, Any]:
 
 
 def bench(
-    target: str = typer.Argument(
-        ...,
-        metavar="URL | INVENTORY",
-        help="A server's base URL (http://host:8000), or an inventory: every ready instance.",
+    target: str | None = typer.Argument(
+        None,
+        metavar="[URL | INVENTORY]",
+        show_default=False,
+        help="A server's base URL (http://host:8000), or an inventory: every ready instance "
+        "[default: --base-url, else http://--host:--port, as vllm bench serve].",
+    ),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="vLLM's: the server's base URL (instead of URL)."
+    ),
+    host: str | None = typer.Option(None, "--host", help="vLLM's: the server's host [default: 127.0.0.1]."),
+    port: int | None = typer.Option(
+        None, "--port", min=1, max=65535, help="vLLM's: the server's port [default: 8000]."
+    ),
+    backend: str | None = typer.Option(
+        None,
+        "--backend",
+        metavar="vllm|openai|openai-chat",
+        help="vLLM's: the request format: vllm and openai send completions, openai-chat chat completions.",
+    ),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", help="vLLM's: the API path [default: /v1/completions or /v1/chat/completions]."
     ),
     model: str | None = typer.Option(
         None, "--model", help="Served model name [default: the first /v1/models lists]."
+    ),
+    served_model_name: str | None = typer.Option(
+        None,
+        "--served-model-name",
+        help="vLLM's: the name sent in the requests, when --model is the model's id for the result.",
     ),
     tokenizer: str | None = typer.Option(
         None,
         "--tokenizer",
         help="A tokenizer.json (or its folder) for the prompts [default: the server's /tokenize].",
     ),
+    tokenizer_mode: str = typer.Option(
+        "auto", "--tokenizer-mode", help="vLLM's: auto or hf (both: the model's own tokenizer)."
+    ),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="vLLM's; no effect: no tokenizer code is loaded."
+    ),
     dataset_name: str = typer.Option("random", "--dataset-name", help=f"One of: {', '.join(DATASETS)}."),
     dataset_path: Path | None = typer.Option(
-        None, "--dataset-path", help="ShareGPT-style JSON or JSON Lines file."
+        None, "--dataset-path", help='sharegpt: JSON or JSON Lines; custom: JSON Lines of {"prompt": ...}.'
+    ),
+    no_stream: bool = typer.Option(
+        False, "--no-stream", help="vLLM's (Hugging Face datasets); no effect: files are read whole."
+    ),
+    disable_shuffle: bool = typer.Option(
+        False, "--disable-shuffle", help="sharegpt, custom: the file's order, not shuffled."
+    ),
+    no_oversample: bool = typer.Option(
+        False, "--no-oversample", help="sharegpt, custom: fewer requests when the file is short."
+    ),
+    skip_chat_template: bool = typer.Option(
+        False, "--skip-chat-template", help="custom: the prompts as written (provision applies no template)."
+    ),
+    input_len: int | None = typer.Option(None, "--input-len", help="vLLM's: sets --random-input-len."),
+    output_len: int | None = typer.Option(
+        None, "--output-len", help="vLLM's: sets the output length of every dataset."
     ),
     random_input_len: int = typer.Option(1024, "--random-input-len", help="Prompt tokens (random dataset)."),
     random_output_len: int = typer.Option(128, "--random-output-len", help="Output tokens (random dataset)."),
-    random_range_ratio: float = typer.Option(
-        0.0, "--random-range-ratio", help="Lengths drawn from L*(1±r), r in [0, 1)."
+    random_range_ratio: str = typer.Option(
+        "0.0",
+        "--random-range-ratio",
+        help='Lengths drawn from L*(1±r), r in [0, 1); or {"input": r, "output": r}.',
+    ),
+    random_prefix_len: int = typer.Option(
+        0, "--random-prefix-len", help="Random tokens every random prompt starts with (the same for all)."
     ),
     sharegpt_output_len: int | None = typer.Option(
-        None, "--sharegpt-output-len", min=1, help="Output tokens (sharegpt)."
+        None, "--sharegpt-output-len", help="Output tokens (sharegpt)."
     ),
+    custom_output_len: int = typer.Option(256, "--custom-output-len", help="Output tokens (custom)."),
     fixed_prompt: str = typer.Option(
         DEFAULT_FIXED_PROMPT, "--fixed-prompt", help="The prompt (fixed dataset)."
     ),
@@ -292,10 +503,37 @@ def bench(
         None, "--max-concurrency", min=1, help="Requests in flight at most."
     ),
     ignore_eos: bool = typer.Option(
-        False, "--ignore-eos", help="Generate every requested token (vLLM ignore_eos)."
+        False,
+        "--ignore-eos",
+        help="Generate every requested token (vLLM ignore_eos); always on with --dataset-name random, "
+        "as vLLM.",
     ),
     num_warmups: int = typer.Option(0, "--num-warmups", min=0, help="Warm-up requests first, not counted."),
-    endpoint_type: str = typer.Option("completions", "--endpoint-type", help="completions or chat."),
+    endpoint_type: str | None = typer.Option(
+        None,
+        "--endpoint-type",
+        help="completions or chat (--backend openai / openai-chat) [default: completions].",
+    ),
+    temperature: float | None = typer.Option(None, "--temperature", help="vLLM's sampling parameter."),
+    top_p: float | None = typer.Option(None, "--top-p", help="vLLM's sampling parameter."),
+    top_k: int | None = typer.Option(None, "--top-k", help="vLLM's sampling parameter."),
+    min_p: float | None = typer.Option(None, "--min-p", help="vLLM's sampling parameter."),
+    frequency_penalty: float | None = typer.Option(
+        None, "--frequency-penalty", help="vLLM's sampling parameter."
+    ),
+    presence_penalty: float | None = typer.Option(
+        None, "--presence-penalty", help="vLLM's sampling parameter."
+    ),
+    repetition_penalty: float | None = typer.Option(
+        None, "--repetition-penalty", help="vLLM's sampling parameter."
+    ),
+    logprobs: int | None = typer.Option(None, "--logprobs", min=0, help="vLLM's: logprobs per token."),
+    extra_body: str | None = typer.Option(
+        None, "--extra-body", help="vLLM's: a JSON object merged into every request's body."
+    ),
+    header: list[str] = typer.Option(
+        [], "--header", metavar="KEY=VALUE ...", help="vLLM's: headers sent with every request."
+    ),
     sweep_concurrency: str | None = typer.Option(
         None, "--sweep-concurrency", help="Runs at each, e.g. 1,4,16."
     ),
@@ -304,6 +542,20 @@ def bench(
     ),
     slo: str | None = typer.Option(
         None, "--slo", help="Goodput SLOs in ms, e.g. ttft=500,tpot=50 (also e2el)."
+    ),
+    goodput_slos: list[str] = typer.Option(
+        [], "--goodput", metavar="KEY:MS ...", help="vLLM's goodput SLOs: ttft:500 tpot:50 (as --slo)."
+    ),
+    percentile_metrics_text: str | None = typer.Option(
+        None,
+        "--percentile-metrics",
+        help="vLLM's: the latencies reported, of ttft,tpot,itl,e2el [default: all four].",
+    ),
+    metric_percentiles_text: str | None = typer.Option(
+        None, "--metric-percentiles", help="vLLM's: the percentiles reported, e.g. 50,99 [default: 90,99]."
+    ),
+    ready_check_timeout_sec: int = typer.Option(
+        0, "--ready-check-timeout-sec", min=0, help="vLLM's: wait this long for a URL's server to be ready."
     ),
     timeout: float = typer.Option(
         1800.0, "--timeout", callback=_inputs.seconds, help="Seconds a run may take at most."
@@ -338,8 +590,29 @@ def bench(
         help="Seconds between power samples.",
     ),
     as_json: bool = typer.Option(False, "--json", help="The summary as JSON (vLLM's keys) on stdout."),
-    save_result: Path | None = typer.Option(
-        None, "--save-result", help="Write the summary and every request's timings."
+    disable_tqdm: bool = typer.Option(False, "--disable-tqdm", help="vLLM's: no progress bar."),
+    save_result: bool = typer.Option(
+        False, "--save-result", help="vLLM's: write the result to --result-dir/--result-filename."
+    ),
+    save_detailed: bool = typer.Option(
+        False, "--save-detailed", help="vLLM's: with every request's timings and text."
+    ),
+    append_result: bool = typer.Option(
+        False, "--append-result", help="vLLM's: append the result to the file (a JSON object a line)."
+    ),
+    result_dir: Path | None = typer.Option(
+        None, "--result-dir", help="vLLM's: the folder of the result file (made) [default: here]."
+    ),
+    result_filename: str | None = typer.Option(
+        None,
+        "--result-filename",
+        help="vLLM's [default: LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json].",
+    ),
+    label: str | None = typer.Option(
+        None, "--label", help="vLLM's: the result's label, the file name's prefix [default: --backend]."
+    ),
+    metadata: list[str] = typer.Option(
+        [], "--metadata", metavar="KEY=VALUE ...", help="vLLM's: keys added to the result."
     ),
     baseline: Path | None = typer.Option(
         None, "--baseline", help="A previous --json/--save-result: exit 1 on a regression beyond the bound."
@@ -352,11 +625,42 @@ def bench(
     ),
 ) -> None:
     """Benchmark serving endpoints (TTFT, TPOT, ITL, throughput, goodput, J/token); exit 1 when a request
-    failed or, with --baseline, a regression beyond --max-regression."""
+    failed or, with --baseline, a regression beyond --max-regression. Takes vllm bench serve's command
+    lines: docs/bench.md lists its options and what each means here."""
+    # ---- every option checked before any request (exit 2, the option named)
+    kind = _request_kind(backend, endpoint_type)
+    path = _endpoint_path(endpoint, kind, backend)
+    if tokenizer_mode not in ("auto", "hf"):
+        raise InputError(
+            f"--tokenizer-mode {tokenizer_mode}: provision uses the model's own tokenizer (auto or hf)"
+        )
+    if dataset_name in DATASETS_REFUSED:
+        raise InputError(
+            f"--dataset-name {dataset_name}: a vllm bench serve dataset provision does not build; "
+            f"one of {', '.join(DATASETS)}"
+        )
     if dataset_name not in DATASETS:
         raise InputError(f"--dataset-name {dataset_name}: one of {', '.join(DATASETS)}")
-    if endpoint_type not in ENDPOINT_TYPES:
-        raise InputError(f"--endpoint-type {endpoint_type}: one of {', '.join(ENDPOINT_TYPES)}")
+    for option, length in (("--input-len", input_len), ("--output-len", output_len)):
+        if length is not None and length < 1:
+            raise InputError(f"{option} {length}: must be at least 1")
+    if input_len is not None:  # vLLM's general lengths win over the dataset's own
+        random_input_len = input_len
+    if output_len is not None:
+        random_output_len = custom_output_len = output_len
+        sharegpt_output_len = output_len
+    if sharegpt_output_len is not None and sharegpt_output_len < 1:
+        raise InputError(f"--sharegpt-output-len {sharegpt_output_len}: must be at least 1")
+    in_ratio, out_ratio = range_ratios(random_range_ratio)
+    if dataset_name == "random":
+        check_random(random_input_len, random_output_len, in_ratio, out_ratio, random_prefix_len)
+        ignore_eos = True  # vLLM: a random prompt's answer runs to its drawn length
+    source = _dataset_source(
+        dataset_name, dataset_path, custom_output_len, skip_chat_template or kind == "chat"
+    )
+    if dataset_name == "fixed":
+        fixed_requests(1, fixed_prompt, fixed_output_len, None)
+    local_tokenizer = LocalTokenizer(tokenizer) if tokenizer else None
     if not (burstiness > 0):
         raise InputError(f"--burstiness {burstiness:g}: must be above 0")
     if not (request_rate > 0):
@@ -369,9 +673,49 @@ def bench(
         raise InputError("--sweep-rate replaces --request-rate: give one of them")
     concurrencies = _positive_list(sweep_concurrency, "--sweep-concurrency", integer=True)
     rates = _positive_list(sweep_rate, "--sweep-rate", integer=False)
-    slos = parse_slo(slo) if slo is not None else None
-    if save_result is not None and not save_result.parent.is_dir():
-        raise InputError(f"--save-result {save_result}: no such folder {save_result.parent}")
+    if slo is not None and goodput_slos:
+        raise InputError("--slo and --goodput: give one of them (the same SLOs)")
+    slos = (
+        parse_slo(slo)
+        if slo is not None
+        else parse_slo(" ".join(goodput_slos).replace(" ", ","), "--goodput")
+        if goodput_slos
+        else None
+    )
+    selected = percentile_metrics(percentile_metrics_text) if percentile_metrics_text else LATENCIES
+    percentiles = (
+        metric_percentiles(metric_percentiles_text) if metric_percentiles_text else DEFAULT_PERCENTILES
+    )
+    for option, path_given in (("--baseline", baseline), ("--report", report_dir)):
+        if path_given is not None and ("ttft" not in selected or 99.0 not in percentiles):
+            raise InputError(
+                f"{option} needs p99 TTFT: --percentile-metrics must include ttft, --metric-percentiles 99"
+            )
+    headers = _bench_vllm.pairs(header, "--header")
+    meta: dict[str, Any] = {"label": label, **_bench_vllm.pairs(metadata, "--metadata")}
+    if tokenizer:
+        meta["tokenizer_id"] = tokenizer
+    body = {
+        key: value
+        for key, value in {
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "min_p": min_p,
+            "frequency_penalty": frequency_penalty,
+            "presence_penalty": presence_penalty,
+            "repetition_penalty": repetition_penalty,
+            "logprobs": logprobs,
+        }.items()
+        if value is not None
+    } | _bench_vllm.json_object(extra_body, "--extra-body")
+    saving = save_result or append_result
+    result_file = _result_file(result_dir, result_filename) if saving else None
+    if not saving and (result_dir is not None or result_filename is not None or save_detailed):
+        Console.for_stream(sys.stderr).line(
+            "warning: --result-dir, --result-filename and --save-detailed write nothing without "
+            "--save-result (as vllm bench serve)"
+        )
     if max_regression is not None and baseline is None:
         raise InputError("--max-regression applies with --baseline FILE")
     bound = gate.parse_bound(max_regression if max_regression is not None else "10%")
@@ -379,17 +723,24 @@ def bench(
     if report_dir is not None:
         report.check(report_dir)
 
-    inventory = Path(target) if "://" not in target and Path(target).exists() else None
+    given = _target(target, base_url, host, port)
+    inventory = Path(given) if "://" not in given and Path(given).exists() else None
     api_key = _inputs.api_key(api_key, api_key_file, url=inventory is None)
+    wanted_model = served_model_name or model
+    if served_model_name is not None and model is not None:
+        meta["model_id"] = model
     if inventory is None:
         for option, value in (("--limit", limit), ("--pool", pool)):
             if value is not None:
                 raise InputError(f"{option} applies to an inventory, not to a URL")
         if power_from is not None and not power_from.is_file():
             raise InputError(f"--power-from {power_from}: no such inventory file")
-        url = _url(target)
+        url = _url(given)
+        if ready_check_timeout_sec:
+            _wait_ready(url, wanted_model, api_key, ready_check_timeout_sec)
+        served = served_model(url, wanted_model, api_key)
         instances = [
-            Instance(url, Target(url, served_model(url, model, api_key), api_key, endpoint_type), {})
+            Instance(url, Target(url, served, api_key, kind, path, backend, tuple(headers.items())), {})
         ]
         skipped: list[str] = []
         if power_from is not None:
@@ -397,14 +748,25 @@ def bench(
     else:
         if power_from is not None:
             raise InputError("--power-from applies to a URL; an inventory's own NPUs are sampled")
+        if ready_check_timeout_sec:
+            raise InputError(
+                "--ready-check-timeout-sec applies to a URL; an inventory's instances are those its "
+                "health gate finds ready"
+            )
         instances, skipped = _instances_of(
-            inventory, limit=limit, pool=pool, api_key=api_key, endpoint_type=endpoint_type, model=model
+            inventory, limit=limit, pool=pool, api_key=api_key, endpoint_type=kind, model=wanted_model
         )
+        instances = [
+            replace(
+                i, target=replace(i.target, path=path, backend=backend, extra_headers=tuple(headers.items()))
+            )
+            for i in instances
+        ]
     err = Console.for_stream(sys.stderr)
     for line in skipped:
         err.line(f"skipped {line}")
     if not instances:
-        raise Unreachable(f"no ready instance to benchmark in {target}")
+        raise Unreachable(f"no ready instance to benchmark in {given}")
 
     base = Workload(
         requests=[],
@@ -416,8 +778,12 @@ def bench(
         timeout_s=float(timeout),
         seed=seed,
         slo=slos,
+        percentiles=percentiles,
+        selected=selected,
+        extra_body=body,
+        meta=meta,
     )
-    bar, advance = _progress_bar(is_interactive(sys.stderr) and not as_json)
+    bar, advance = _progress_bar(is_interactive(sys.stderr) and not as_json and not disable_tqdm)
     if previous is not None:  # every run must have its baseline before any request is sent
         for inst in instances:
             for point in _points(base, concurrencies, rates):
@@ -426,16 +792,21 @@ def bench(
     for inst in instances:
         requests = _requests(
             dataset_name,
+            source,
             num_prompts,
-            _tokenizer(tokenizer, inst.target),
-            dataset_path=dataset_path,
+            local_tokenizer or _tokenizer(None, inst.target),
             input_len=random_input_len,
             output_len=random_output_len,
-            range_ratio=random_range_ratio,
+            range_ratio=in_ratio,
+            output_range_ratio=out_ratio,
+            prefix_len=random_prefix_len,
             sharegpt_output_len=sharegpt_output_len,
+            custom_output_len=custom_output_len,
             fixed_prompt=fixed_prompt,
             fixed_output_len=fixed_output_len,
             seed=seed,
+            shuffle=not disable_shuffle,
+            oversample=not no_oversample,
         )
         workload = replace(base, requests=requests)
         points = _points(workload, concurrencies, rates)
@@ -456,9 +827,10 @@ def bench(
                 bar.stop()
         rows += [(inst.name, result) for result in results]
 
-    if save_result is not None:
-        saved = [result.saved() for _, result in rows]
-        save_result.write_text(json.dumps(saved[0] if len(saved) == 1 else saved, indent=2) + "\n")
+    shown = sys.stderr if as_json else sys.stdout
+    if result_file is not None:
+        written = _save(rows, result_file, detailed=save_detailed, append=append_result, label=label)
+        Console.for_stream(shown).line(f"result: {written}")
     if report_dir is not None:
         report.write(report_dir, rows)
     if as_json:
@@ -467,7 +839,7 @@ def bench(
     else:
         _table(rows)
     if report_dir is not None:
-        Console.for_stream(sys.stderr if as_json else sys.stdout).line(f"report: {report_dir}")
+        Console.for_stream(shown).line(f"report: {report_dir}")
     worse: list[gate.Row] = []
     if previous is not None:
         compared = [
@@ -475,7 +847,7 @@ def bench(
             for _, result in rows
             for row in gate.compare(previous.run_for(gate.point_of(result.summary)), result.summary, bound)
         ]
-        _comparison(compared, previous.path, bound, sys.stderr if as_json else sys.stdout)
+        _comparison(compared, previous.path, bound, shown)
         worse = gate.regressed(compared)
     if worse or any(result.failures for _, result in rows):
         raise typer.Exit(1)
@@ -538,4 +910,4 @@ def _with_power_from(inst: Instance, inventory: Path, api_key: str | None) -> In
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench")(bench)
+    app.command("bench", cls=_bench_vllm.VllmCommandLine)(bench)

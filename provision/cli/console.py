@@ -27,6 +27,7 @@ class Console:
             force_terminal=interactive,
             no_color=not interactive,
             highlight=False,
+            emoji=False,  # "ttft:soon" or a host:port is text, not an emoji code
             soft_wrap=not interactive,
             width=None if interactive else 200,
         )

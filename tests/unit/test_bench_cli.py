@@ -4,6 +4,7 @@ codes, the JSON keys, the refusals of bad input (exit 2, the option named, no tr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -33,6 +34,9 @@ class Stub:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     token_delay_s: float = 0.0
     api_key: str | None = None
+    headers: list[dict[str, str]] = field(default_factory=list)
+    hits: int = 0
+    """Every HTTP request the stub answered (models, tokenizer, completions)."""
 
 
 def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
@@ -55,10 +59,12 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
             return True
 
         def do_GET(self) -> None:
+            stub.hits += 1
             if self._authorised():
                 self._json(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
 
         def do_POST(self) -> None:
+            stub.hits += 1
             if not self._authorised():
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -71,6 +77,7 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
                 self._json(200, {"prompt": "".join(chr(i) for i in body["tokens"])})
                 return
             stub.bodies.append(body)
+            stub.headers.append(dict(self.headers))
             chat = self.path == "/v1/chat/completions"
             prompt = body["messages"][0]["content"] if chat else body["prompt"]
             if "FAIL" in prompt:
@@ -93,8 +100,9 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def stub() -> Iterator[Stub]:
+@contextlib.contextmanager
+def serving_stub() -> Iterator[Stub]:
+    """The stub server on a free port of 127.0.0.1, for the ``with`` block."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     server.daemon_threads = True
     server.block_on_close = False
@@ -103,9 +111,17 @@ def stub() -> Iterator[Stub]:
     server.RequestHandlerClass = _handler(state)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    with serving_stub() as state:
+        yield state
 
 
 def run(
@@ -160,13 +176,16 @@ def test_chat_the_table_and_the_saved_per_request_timings(
 ) -> None:
     saved = tmp_path / "result.json"
     args = [stub.url, "--dataset-name", "fixed", "--fixed-output-len", "4", "--num-prompts", "3"]
-    code, out, _ = run([*args, "--endpoint-type", "chat", "--save-result", str(saved)], monkeypatch, capsys)
+    args += ["--endpoint-type", "chat", "--save-result", "--save-detailed", "--result-filename", str(saved)]
+    code, out, _ = run(args, monkeypatch, capsys)
     assert code == 0
     assert stub.bodies[0]["messages"][0]["role"] == "user" and stub.bodies[0]["max_completion_tokens"] == 4
     assert "provision bench" in out and "J/token" in out and stub.url in out
     assert f"{stub.url} (conc -, rate inf): energy n/a: {bench_cli.NO_POWER_FOR_URL}" in out
+    assert f"result: {saved}" in out
     data = json.loads(saved.read_text())
-    assert data["endpoint_type"] == "chat" and data["total_output_tokens"] == 12
+    # vLLM writes its --backend under endpoint_type too
+    assert data["endpoint_type"] == data["backend"] == "openai-chat" and data["total_output_tokens"] == 12
     assert len(data["ttfts"]) == 3 and [len(itl) for itl in data["itls"]] == [3, 3, 3]
     assert data["errors"] == ["", "", ""]
 
@@ -320,13 +339,16 @@ def test_an_unreachable_url_exits_1_with_the_cause(
     ("args", "message"),
     [
         (["--slo", "ttft=soon"], "--slo ttft=soon: ttft='soon' is not a number of milliseconds"),
-        (["--dataset-name", "nope"], "--dataset-name nope: one of random, sharegpt, fixed"),
+        (["--dataset-name", "nope"], "--dataset-name nope: one of random, sharegpt, custom, fixed"),
         (
             ["--dataset-name", "sharegpt", "--dataset-path", "/nonexistent/d.json"],
             "--dataset-path /nonexistent/d.json: no such file",
         ),
         (["--dataset-name", "sharegpt"], "--dataset-name sharegpt needs --dataset-path FILE"),
-        (["--dataset-path", "x.json"], "--dataset-path applies to --dataset-name sharegpt, not random"),
+        (
+            ["--dataset-path", "x.json"],
+            "--dataset-path applies to --dataset-name sharegpt or custom, not random",
+        ),
         (["--endpoint-type", "embeddings"], "--endpoint-type embeddings: one of completions, chat"),
         (["--limit", "node1"], "--limit applies to an inventory, not to a URL"),
         (["--pool", "chat"], "--pool applies to an inventory, not to a URL"),
@@ -351,8 +373,8 @@ def test_an_unreachable_url_exits_1_with_the_cause(
             "--power-from /nonexistent/inv.ini: no such inventory file",
         ),
         (
-            ["--save-result", "/nonexistent/dir/r.json"],
-            "--save-result /nonexistent/dir/r.json: no such folder /nonexistent/dir",
+            ["--save-result", "--result-filename", "/nonexistent/dir/r.json"],
+            "--result-filename /nonexistent/dir/r.json: no such folder /nonexistent/dir",
         ),
         (["--model", "other"], "--model other: http://127.0.0.1:"),
     ],

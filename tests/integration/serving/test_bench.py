@@ -3,6 +3,9 @@ real vLLM CPU engine, SmolLM2-135M, on both nodes):
 
 - ``bench URL``: one engine, the whole path (the server's tokenizer for the random prompts, streamed
   completions, usage counts, warm-ups left out), its JSON keys and sane values, every request's timings saved;
+- ``vllm bench serve``'s own example command lines from vLLM's documentation, run with ``provision bench``
+  in place of ``vllm bench serve`` (only the placeholders, the server's address and the sizes replaced):
+  each exits 0, and the result file has vLLM's name and keys;
 - ``bench INVENTORY``: a sweep of every ready instance, its pool's NPUs sampled with ``npu-smi info -t
   power`` over ansible-runner while it runs (the simulated NPUs draw more while the engine serves), J/token
   from their integral labelled with the inventory's ``provision_power_label`` (``simulated``), the report
@@ -15,7 +18,10 @@ real vLLM CPU engine, SmolLM2-135M, on both nodes):
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -25,7 +31,7 @@ import yaml
 
 from provision.ascend.npu_smi import parse_npu_smi_power
 from provision_sim.serving import vllm_cpu as engine
-from tests.helpers import provision_cli
+from tests.helpers import PROVISION, provision_cli
 from tests.integration.serving.cluster import API_KEY, POOL_NAME, UNIT, Served, complete
 
 pytestmark = [
@@ -43,7 +49,8 @@ def test_bench_an_endpoint_measures_the_real_engine(served: Served, tmp_path: Pa
     args = ["bench", served.url("node1"), "--api-key", API_KEY, "--num-prompts", str(PROMPTS)]
     args += ["--random-input-len", "64"]
     args += ["--random-output-len", "16", "--max-concurrency", "4", "--ignore-eos", "--num-warmups", "1"]
-    done = provision_cli(*args, "--json", "--save-result", str(saved), "--timeout", "900", runs=served.runs)
+    args += ["--save-result", "--save-detailed", "--result-filename", str(saved)]
+    done = provision_cli(*args, "--json", "--timeout", "900", runs=served.runs)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     result = json.loads(done.stdout)
     assert (result["completed"], result["failed"], result["num_prompts"]) == (PROMPTS, 0, PROMPTS)
@@ -61,6 +68,120 @@ def test_bench_an_endpoint_measures_the_real_engine(served: Served, tmp_path: Pa
     assert result["j_per_output_token"] is None and "--power-from" in result["energy_note"]
     kept = json.loads(saved.read_text())
     assert len(kept["ttfts"]) == PROMPTS and all(len(itl) == 15 for itl in kept["itls"])
+
+
+# vLLM's docs/benchmarking/cli.md (github.com/vllm-project/vllm, commit 069c00b0ef0c), "Online Benchmark",
+# "Running With Sampling Parameters" and "Custom Dataset", as printed there.
+VLLM_DOC_EXAMPLES = {
+    "online": """vllm bench serve \\
+  --backend vllm \\
+  --model NousResearch/Hermes-3-Llama-3.1-8B \\
+  --endpoint /v1/completions \\
+  --dataset-name sharegpt \\
+  --dataset-path <your data path>/ShareGPT_V3_unfiltered_cleaned_split.json \\
+  --num-prompts 10""",
+    "sampling": """vllm bench serve \\
+  --backend vllm \\
+  --model NousResearch/Hermes-3-Llama-3.1-8B \\
+  --endpoint /v1/completions \\
+  --dataset-name sharegpt \\
+  --dataset-path <your data path>/ShareGPT_V3_unfiltered_cleaned_split.json \\
+  --top-k 10 \\
+  --top-p 0.9 \\
+  --temperature 0.5 \\
+  --num-prompts 10""",
+    "custom": """vllm bench serve --port 9001 --save-result --save-detailed \\
+  --backend vllm \\
+  --model meta-llama/Llama-3.1-8B-Instruct \\
+  --endpoint /v1/completions \\
+  --dataset-name custom \\
+  --dataset-path <path-to-your-data-jsonl> \\
+  --skip-chat-template \\
+  --num-prompts 80 \\
+  --max-concurrency 1 \\
+  --temperature=0.3 \\
+  --top-p=0.75 \\
+  --result-dir "./log/"
+""",
+}
+DOC_PROMPTS = 3
+# what vLLM's serve.py (0.32, main_async and benchmark) writes with --save-result --save-detailed for a
+# generation run, less what provision does not measure (queue_times, rtfx): provision writes these keys
+VLLM_RESULT_KEYS = {
+    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
+    "burstiness", "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
+    "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
+    "total_token_throughput", "input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
+    "generated_texts", "errors", "max_output_tokens_per_s", "max_concurrent_requests",
+    *(f"{s}_{m}_ms" for s in ("mean", "median", "std", "p99") for m in ("ttft", "tpot", "itl")),
+}  # fmt: skip
+
+
+def _as_provision(example: str, served: Served, files: dict[str, Path]) -> list[str]:
+    """A documented ``vllm bench serve`` line as ``provision bench`` arguments: the placeholders replaced
+    with this test's files, the model with the served one, the server with node1's engine (its address
+    where the line gives a port, else --base-url), and a few short requests instead of the line's many."""
+    placeholders = {
+        "<your data path>/ShareGPT_V3_unfiltered_cleaned_split.json": files["sharegpt"],
+        "<path-to-your-data-jsonl>": files["custom"],
+    }
+    for placeholder, path in placeholders.items():
+        example = example.replace(placeholder, shlex.quote(str(path)))
+    words = shlex.split(example.replace("\\\n", " "))
+    assert words[:3] == ["vllm", "bench", "serve"]
+    url = served.url("node1")
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    args: list[str] = []
+    for word in words[3:]:
+        previous = args[-1] if args else ""
+        if previous == "--model":
+            word = engine.SERVED_MODEL_NAME
+        elif previous == "--num-prompts":
+            word = str(DOC_PROMPTS)
+        elif previous == "--port":
+            word = port
+        args.append(word)
+    args += ["--host", host] if "--port" in args else ["--base-url", url]
+    if "custom" in args:
+        args += ["--custom-output-len", "8"]  # vLLM's default 256 tokens is minutes on the CPU engine
+    return ["bench", *args]
+
+
+def test_vllm_bench_serves_documented_command_lines_run_unchanged(served: Served, tmp_path: Path) -> None:
+    files = {
+        "sharegpt": tmp_path / "ShareGPT_V3_unfiltered_cleaned_split.json",
+        "custom": tmp_path / "data.jsonl",
+    }
+    turns = [("What is the capital of India?", "New Delhi."), ("Name a colour.", "Blue.")]
+    turns += [("Count to three.", "1, 2, 3.")]
+    conversations = [
+        {"conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": a}]} for q, a in turns
+    ]
+    files["sharegpt"].write_text(json.dumps(conversations))
+    files["custom"].write_text("".join(json.dumps({"prompt": q}) + "\n" for q, _ in turns))
+    env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(served.runs), "OPENAI_API_KEY": API_KEY}
+    for name, example in VLLM_DOC_EXAMPLES.items():
+        argv = _as_provision(example, served, files)
+        # the key from $OPENAI_API_KEY, as vllm bench serve takes it; the custom line's ./log/ in tmp_path
+        done = subprocess.run(
+            [*PROVISION, *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+        )
+        assert done.returncode == 0, f"{name}: {argv}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert f" {DOC_PROMPTS}/0 " in done.stdout, f"{name}: {done.stdout[-3000:]}"  # ok/failed in the table
+
+    # the custom example's --save-result --save-detailed --result-dir ./log/: vLLM's file name and keys
+    (saved,) = (tmp_path / "log").iterdir()
+    name = rf"vllm-infqps-concurrency1-{engine.SERVED_MODEL_NAME}-\d{{8}}-\d{{6}}\.json"
+    assert re.fullmatch(name, saved.name), saved.name
+    result = json.loads(saved.read_text())
+    assert set(result) >= VLLM_RESULT_KEYS, VLLM_RESULT_KEYS - set(result)
+    assert (result["backend"], result["model_id"]) == ("vllm", engine.SERVED_MODEL_NAME)
+    assert (result["completed"], result["failed"], len(result["ttfts"])) == (DOC_PROMPTS, 0, DOC_PROMPTS)
+    assert result["max_concurrency"] == 1
+    assert (
+        0 < result["total_output_tokens"] <= DOC_PROMPTS * 8
+    )  # --custom-output-len 8, sampled: may stop early
+    assert any(text.strip() for text in result["generated_texts"]) and all(result["latencies"])
 
 
 def test_bench_an_inventory_sweeps_each_instance_with_its_npus_energy_and_a_report(
