@@ -1,0 +1,252 @@
+"""The NPU fabric's addressing plan: its expansion (A2, A3, per rail) and what `validate` refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.ascend import fabric
+from provision.cli import _playbook
+from tests.helpers import run_cli, write_tree
+
+pytestmark = pytest.mark.unit
+
+A2_PLAN: dict[str, Any] = {
+    "hccn_config_subnets": [{"subnet": "10.20.0.0/24", "gateway": "10.20.0.1"}],
+    "hccn_config_first_host": 11,
+}
+A3_PLAN: dict[str, Any] = {
+    "hccn_config_subnets": [
+        {"subnet": "10.30.0.0/24", "gateway": "10.30.0.1"},
+        {"subnet": "10.31.0.0/24", "gateway": "10.31.0.1", "netdetect": "10.31.0.254"},
+    ],
+    "hccn_config_devices": 16,
+    "hccn_config_first_host": 11,
+}
+
+
+def test_a2_plan_puts_a_nodes_8_ports_in_one_segment_node_after_node() -> None:
+    node0, problems0 = fabric.host_ports({**A2_PLAN, "hccn_config_node_index": 0})
+    node1, problems1 = fabric.host_ports({**A2_PLAN, "hccn_config_node_index": 1})
+    assert problems0 == problems1 == []
+    assert [p.address for p in node0] == [f"10.20.0.{11 + d}" for d in range(8)]
+    assert [p.address for p in node1] == [f"10.20.0.{19 + d}" for d in range(8)]
+    assert {(p.netmask, p.gateway, p.netdetect) for p in node0 + node1} == {
+        ("255.255.255.0", "10.20.0.1", "10.20.0.1")  # the detect address defaults to the gateway
+    }
+
+
+def test_a3_plan_puts_the_two_dies_of_each_npu_in_different_segments() -> None:
+    ports, problems = fabric.host_ports({**A3_PLAN, "hccn_config_node_index": 1})
+    assert problems == []
+    assert len(ports) == 16
+    # node 1 takes the second block of 8 addresses in each segment
+    assert [p.address for p in ports[:4]] == ["10.30.0.19", "10.31.0.19", "10.30.0.20", "10.31.0.20"]
+    assert ports[15].address == "10.31.0.26"
+    assert (ports[1].gateway, ports[1].netdetect) == ("10.31.0.1", "10.31.0.254")
+
+
+def test_per_rail_plan_matches_the_port_number() -> None:
+    rails = [{"subnet": f"10.201.{n}.0/24", "gateway": f"10.201.{n}.1"} for n in range(8)]
+    ports, problems = fabric.host_ports({"hccn_config_subnets": rails, "hccn_config_node_index": 1})
+    assert problems == []
+    assert [p.address for p in ports] == [f"10.201.{n}.11" for n in range(8)]
+
+
+def test_a3_dies_in_one_segment_are_refused() -> None:
+    listed = [f"10.30.0.{11 + d}" if d % 2 == 0 else f"10.31.0.{11 + d}" for d in range(16)]
+    listed[3] = "10.30.0.99"  # NPU 1's second die in the first die's segment
+    _, problems = fabric.host_ports({**A3_PLAN, "hccn_config_addresses": listed})
+    assert (
+        (fabric.ADDRESSES, 3),
+        "NPU 3: 10.30.0.99 is outside its subnet 10.31.0.0/24 (hosts 10.31.0.1-10.31.0.254)",
+    ) in problems, problems
+    one = {**A3_PLAN, "hccn_config_subnets": A3_PLAN["hccn_config_subnets"][:1], "hccn_config_node_index": 0}
+    _, problems = fabric.host_ports(one)
+    assert [m for p, m in problems if p == (fabric.SUBNETS,)] == [
+        "16 ports (A3): the two dies of each NPU must be in different segments; give two"
+    ]
+
+
+def test_no_plan_configures_nothing() -> None:
+    assert fabric.host_ports({"hccn_config_subnets": A2_PLAN["hccn_config_subnets"]}) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        (
+            {
+                "hccn_config_subnets": [{"subnet": "10.20.0.0/24", "gateway": "10.21.0.1"}],
+                "hccn_config_node_index": 0,
+            },
+            ((fabric.SUBNETS, 0, "gateway"), "outside its subnet 10.20.0.0/24"),
+        ),
+        (
+            {
+                "hccn_config_subnets": [{"subnet": "192.168.1.0/24", "gateway": "192.168.1.1"}],
+                "hccn_config_node_index": 0,
+            },
+            ((fabric.SUBNETS, 0, "subnet"), "which hccn_tool refuses"),
+        ),
+        (
+            {
+                "hccn_config_subnets": [{"subnet": "10.20.0.5/24", "gateway": "10.20.0.1"}],
+                "hccn_config_node_index": 0,
+            },
+            ((fabric.SUBNETS, 0, "subnet"), "host bits set"),
+        ),
+        (
+            {**A2_PLAN, "hccn_config_node_index": 40},
+            ((fabric.NODE_INDEX,), "NPU 0 would take host 331 of 10.20.0.0/24"),
+        ),
+        (
+            {**A2_PLAN, "hccn_config_addresses": [f"10.20.0.{11 + d}" for d in range(7)] + ["10.20.1.5"]},
+            ((fabric.ADDRESSES, 7), "NPU 7: 10.20.1.5 is outside its subnet 10.20.0.0/24"),
+        ),
+        (
+            {**A2_PLAN, "hccn_config_addresses": [f"10.20.0.{11 + d}" for d in range(7)] + ["10.20.0.11"]},
+            ((fabric.ADDRESSES, 7), "NPU 7: 10.20.0.11 is also NPU 0's address"),
+        ),
+        (
+            {**A2_PLAN, "hccn_config_addresses": [f"10.20.0.{11 + d}" for d in range(7)] + ["10.20.0.1"]},
+            ((fabric.ADDRESSES, 7), "is the gateway of 10.20.0.0/24"),
+        ),
+        (
+            {**A2_PLAN, "hccn_config_addresses": ["10.20.0.11"]},
+            ((fabric.ADDRESSES,), "lists 1 address(es); hccn_config_devices is 8"),
+        ),
+    ],
+    ids=[
+        "gateway-outside",
+        "reserved-segment",
+        "host-bits",
+        "plan-overflows",
+        "address-outside",
+        "address-twice",
+        "address-is-gateway",
+        "too-few",
+    ],
+)
+def test_bad_plans_name_the_field(variables: dict[str, Any], expected: tuple[tuple[Any, ...], str]) -> None:
+    _, problems = fabric.host_ports(variables)
+    path, text = expected
+    assert any(p == path and text in m for p, m in problems), problems
+
+
+INVENTORY = """\
+[npu_nodes]
+node1 ansible_host=192.0.2.11
+node2 ansible_host=192.0.2.12
+"""
+GROUP_PLAN = """\
+hccn_config_subnets:
+  - subnet: 10.20.0.0/24
+    gateway: 10.20.0.1
+hccn_config_first_host: 11
+"""
+
+
+def _validate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], files: dict[str, str]
+) -> tuple[int, str]:
+    inventory = write_tree(tmp_path, {"inventory.ini": INVENTORY, **files})
+    contacted: list[object] = []
+    monkeypatch.setattr(_playbook, "run_playbook", lambda *a, **k: contacted.append(a))
+    code = run_cli(["validate", str(inventory)], monkeypatch)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert contacted == []
+    return code, err
+
+
+def test_validate_accepts_a_good_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _validate(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        {
+            "group_vars/npu_nodes.yml": GROUP_PLAN,
+            "host_vars/node1.yml": "hccn_config_node_index: 0\n",
+            "host_vars/node2.yml": "hccn_config_node_index: 1\n",
+        },
+    )
+    assert code == 0, err
+
+
+def test_validate_refuses_a_device_ip_twice_across_the_fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node2 = (
+        "hccn_config_addresses:\n" + "".join(f"  - 10.20.0.{19 + d}\n" for d in range(7)) + "  - 10.20.0.14\n"
+    )
+    code, err = _validate(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        {
+            "group_vars/npu_nodes.yml": GROUP_PLAN,
+            "host_vars/node1.yml": "hccn_config_node_index: 0\n",
+            "host_vars/node2.yml": node2,
+        },
+    )
+    assert code == 2
+    assert "host_vars/node2.yml:9: host node2: hccn_config_addresses[7] = '10.20.0.14': " in err, err
+    assert "NPU 7's device address 10.20.0.14 is also NPU 3's on host node1" in err, err
+
+
+def test_validate_refuses_a_gateway_outside_its_subnet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _validate(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        {
+            "group_vars/npu_nodes.yml": GROUP_PLAN.replace("gateway: 10.20.0.1", "gateway: 10.20.1.1"),
+            "host_vars/node1.yml": "hccn_config_node_index: 0\n",
+        },
+    )
+    assert code == 2
+    assert "group_vars/npu_nodes.yml:3: group npu_nodes" in err, err
+    assert "hccn_config_subnets[0].gateway = '10.20.1.1': outside its subnet 10.20.0.0/24" in err, err
+
+
+def test_validate_refuses_an_address_outside_its_subnet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node1 = (
+        "hccn_config_addresses:\n" + "".join(f"  - 10.20.0.{11 + d}\n" for d in range(7)) + "  - 10.99.0.5\n"
+    )
+    code, err = _validate(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        {
+            "group_vars/npu_nodes.yml": GROUP_PLAN,
+            "host_vars/node1.yml": node1,
+        },
+    )
+    assert code == 2
+    assert "host_vars/node1.yml:9: host node1: hccn_config_addresses[7] = '10.99.0.5'" in err, err
+    assert "NPU 7: 10.99.0.5 is outside its subnet 10.20.0.0/24" in err, err
+
+
+def test_validate_refuses_an_out_of_range_device_count_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _validate(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        {
+            "group_vars/npu_nodes.yml": GROUP_PLAN + "hccn_config_devices: 32\n",
+            "host_vars/node1.yml": "hccn_config_node_index: 0\n",
+        },
+    )
+    assert code == 2
+    assert err.count("hccn_config_devices = 32: must be at most 16") == 1, err
