@@ -264,3 +264,79 @@ def fleet_duplicates(plans: Mapping[str, Sequence[Port]]) -> list[Duplicate]:
             else:
                 seen.setdefault(port.address, (host, port.device))
     return out
+
+
+# --------------------------------------------------------------------------------------------- configure
+
+_UNSET = ("", "0.0.0.0")
+
+
+def config_steps(wanted: Sequence[Mapping[str, Any]], probe: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``hccn_tool`` set commands (arguments after the tool) that bring each port of ``wanted``
+    (:meth:`Port.as_dict`) to its plan, from what the probe read (``conf=N``,
+    :mod:`provision.ascend.hccn_gate`): only what differs, and per port in the order the tool needs: the
+    address and netmask first (the gateway is checked against them), then the gateway, then the detect
+    address."""
+    npus = probe.get("npus") or {}
+    steps: list[dict[str, Any]] = []
+    for port in wanted:
+        device = int(port["device"])
+        now = npus.get(str(device)) or {}
+        d = str(device)
+        if (now.get("ip"), now.get("netmask")) != (port["address"], port["netmask"]):
+            steps.append(
+                _step(
+                    device,
+                    "address",
+                    now.get("ip"),
+                    f"{port['address']}/{port['netmask']}",
+                    ["-i", d, "-ip", "-s", "address", port["address"], "netmask", port["netmask"]],
+                )
+            )
+        if now.get("gateway") != port["gateway"]:
+            steps.append(
+                _step(
+                    device,
+                    "gateway",
+                    now.get("gateway"),
+                    port["gateway"],
+                    ["-i", d, "-gateway", "-s", "gateway", port["gateway"]],
+                )
+            )
+        if now.get("netdetect") != port["netdetect"]:
+            steps.append(
+                _step(
+                    device,
+                    "netdetect",
+                    now.get("netdetect"),
+                    port["netdetect"],
+                    ["-i", d, "-netdetect", "-s", "address", port["netdetect"]],
+                )
+            )
+    return steps
+
+
+def _step(device: int, field: str, was: Any, wanted: str, args: list[str]) -> dict[str, Any]:
+    shown = "unset" if was is None or was in _UNSET else str(was)
+    return {
+        "device": device,
+        "field": field,
+        "was": None if shown == "unset" else shown,
+        "wanted": wanted,
+        "args": args,
+        "label": f"NPU {device} {field}: {shown} -> {wanted}",
+    }
+
+
+def config_mismatches(wanted: Sequence[Mapping[str, Any]], probe: Mapping[str, Any]) -> list[str]:
+    """What still differs from the plan after the sets (empty: every port is as planned), one line per
+    field, with the read errors of that port."""
+    npus = probe.get("npus") or {}
+    out = []
+    for step in config_steps(wanted, probe):
+        errors = (npus.get(str(step["device"])) or {}).get("errors") or []
+        why = f" ({'; '.join(errors)})" if errors else ""
+        out.append(
+            f"NPU {step['device']} {step['field']} reads {step['was'] or 'unset'}, not {step['wanted']}{why}"
+        )
+    return out

@@ -10,6 +10,9 @@ import pytest
 from provision.ascend import fabric
 from provision.cli import _playbook
 from tests.helpers import run_cli, write_tree
+from tests.unit.test_hccn_gate_checks import HCCN, driver_run, run_probe, simulated_node
+
+__all__ = ["driver_run"]  # a fixture
 
 pytestmark = pytest.mark.unit
 
@@ -250,3 +253,59 @@ def test_validate_refuses_an_out_of_range_device_count_once(
     )
     assert code == 2
     assert err.count("hccn_config_devices = 32: must be at most 16") == 1, err
+
+
+# -- configure: the role's read -> set -> read back, with the real probe script and the simulated tool ------
+
+RAILS = [{"subnet": f"10.201.{n}.0/24", "gateway": f"10.201.{n}.1"} for n in range(8)]
+
+
+def test_steps_set_only_what_differs_and_a_second_pass_sets_nothing(tmp_path: Path, driver_run: Path) -> None:
+    sim = simulated_node(tmp_path / "node2", driver_run, 2)
+    # node 2 of the per-rail plan already has its addresses and gateways (the simulator's layout); the
+    # detect addresses are unset on a fresh node, and NPU 3 is moved by hand
+    assert (
+        sim.tool(HCCN, "-i", "3", "-ip", "-s", "address", "10.201.3.99", "netmask", "255.255.0.0").returncode
+        == 0
+    )
+    ports, problems = fabric.host_ports({"hccn_config_subnets": RAILS, "hccn_config_node_index": 2})
+    assert problems == []
+    wanted = [port.as_dict() for port in ports]
+    configs = [f"conf={n}" for n in range(8)]
+
+    steps = fabric.config_steps(wanted, run_probe(sim, *configs))
+    assert [s["label"] for s in steps if s["device"] == 3] == [
+        "NPU 3 address: 10.201.3.99 -> 10.201.3.12/255.255.255.0",
+        "NPU 3 netdetect: unset -> 10.201.3.1",
+    ]
+    assert {s["field"] for s in steps if s["device"] != 3} == {"netdetect"}
+    for step in steps:
+        done = sim.tool(HCCN, *step["args"])
+        assert (done.returncode, done.stdout) == (0, "Cmd executed successfully!\n"), done.stderr
+
+    after = run_probe(sim, *configs)
+    assert fabric.config_mismatches(wanted, after) == []
+    assert fabric.config_steps(wanted, after) == []
+    conf = sim.path("/etc/hccn.conf").read_text().splitlines()
+    assert "address_3=10.201.3.12" in conf and "netdetect_7=10.201.7.1" in conf
+
+
+def test_mismatches_name_the_port_and_field() -> None:
+    wanted = [fabric.Port(0, "10.20.0.11", "255.255.255.0", "10.20.0.1", "10.20.0.1").as_dict()]
+    probe = {
+        "npus": {
+            "0": {
+                "ip": None,
+                "netmask": None,
+                "gateway": "10.20.0.1",
+                "netdetect": "10.20.0.1",
+                "errors": [
+                    "hccn_tool -i 0 -ip -g: exit 1: Get ipconf failed, because no ip was preset there!"
+                ],
+            }
+        }
+    }
+    assert fabric.config_mismatches(wanted, probe) == [
+        "NPU 0 address reads unset, not 10.20.0.11/255.255.255.0 (hccn_tool -i 0 -ip -g: exit 1: "
+        "Get ipconf failed, because no ip was preset there!)"
+    ]
