@@ -340,3 +340,49 @@ def config_mismatches(wanted: Sequence[Mapping[str, Any]], probe: Mapping[str, A
             f"NPU {step['device']} {step['field']} reads {step['was'] or 'unset'}, not {step['wanted']}{why}"
         )
     return out
+
+
+# --------------------------------------------------------------------------------------------- rank table
+
+RANK_TABLE_DIR = "/etc/provision/fabric"
+"""Where the HCCN gate writes each multi-node group's rank table (``<pool>.ranktable.json``), on every
+member; engines that read one are pointed at it by their environment (docs/fabric.md)."""
+
+
+def rank_table_path(pool: str, folder: str = RANK_TABLE_DIR) -> str:
+    return f"{folder.rstrip('/')}/{pool}.ranktable.json"
+
+
+def rank_table(group: Mapping[str, Any], addresses: Mapping[str, Mapping[int, str]]) -> dict[str, Any]:
+    """The rank table of a multi-node serving group (``group_dict``: members in order, head first, each with
+    its pool's devices) in HCCL's documented format for AI-server networking (github.com/hicann/hccl,
+    docs/en/user_guide/cluster_info_config/rank_table_config_a2.md and the "typical networking" part of
+    rank_table_config_a3.md): version "1.0", every value a string, ranks consecutive per server (HCCL
+    does not support interleaving them across servers), ``device_ip`` the NPU port's configured address.
+
+    ``addresses``: per member host, NPU id -> configured address. A device without an address raises
+    ValueError (a multi-node table needs every ``device_ip``)."""
+    servers = []
+    rank = 0
+    for member in group["members"]:
+        host = str(member["host"])
+        found = addresses.get(host) or {}
+        devices = []
+        for device in member["devices"]:
+            ip = found.get(int(device))
+            if not ip:
+                raise ValueError(f"{host} NPU {device}: no configured address for the rank table")
+            devices.append({"device_id": str(device), "device_ip": str(ip), "rank_id": str(rank)})
+            rank += 1
+        servers.append({"server_id": host, "host_ip": str(member["address"]), "device": devices})
+    return {
+        "status": "completed",
+        "version": "1.0",
+        "server_count": str(len(servers)),
+        "server_list": servers,
+    }
+
+
+def plan_addresses(ports: Sequence[Port]) -> dict[int, str]:
+    """NPU id -> address of a host's planned ports (for ``serve explain``'s rank table)."""
+    return {port.device: port.address for port in ports}

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
 from provision.ascend import fabric
 from provision.cli import _playbook
+from provision.inventory.load import load_inventory, plain
 from tests.helpers import run_cli, write_tree
 from tests.unit.test_hccn_gate_checks import HCCN, driver_run, run_probe, simulated_node
 
@@ -309,3 +312,80 @@ def test_mismatches_name_the_port_and_field() -> None:
         "NPU 0 address reads unset, not 10.20.0.11/255.255.255.0 (hccn_tool -i 0 -ip -g: exit 1: "
         "Get ipconf failed, because no ip was preset there!)"
     ]
+
+
+# -- rank table ---------------------------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "deepseek-r1-2node" / "inventory.ini"
+
+
+def test_explain_shows_the_rank_table_of_the_configured_addresses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(["serve", "explain", str(EXAMPLE), "--json"], monkeypatch) == 0
+    records = json.loads(capsys.readouterr().out)["instances"]
+    tables = {r["host"]: r["rank_table"] for r in records}
+    assert tables["atlas-a01"] == tables["atlas-a02"]
+    found = tables["atlas-a01"]
+    assert found["path"] == "/etc/provision/fabric/r1.ranktable.json"
+    table = found["table"]
+    assert (table["status"], table["version"], table["server_count"]) == ("completed", "1.0", "2")
+    # the table's device_ip of each NPU is the address the addressing plan configures on it
+    loaded = load_inventory(EXAMPLE)
+    for index, server in enumerate(table["server_list"]):
+        host = server["server_id"]
+        ports, problems = fabric.host_ports(plain(dict(loaded.hosts[host])))
+        assert problems == []
+        assert [(d["device_id"], d["device_ip"]) for d in server["device"]] == [
+            (str(p.device), p.address) for p in ports
+        ]
+        assert [d["rank_id"] for d in server["device"]] == [str(8 * index + n) for n in range(8)]
+    assert all(isinstance(v, str) for s in table["server_list"] for d in s["device"] for v in d.values())
+
+    assert run_cli(["serve", "explain", str(EXAMPLE), "atlas-a02"], monkeypatch) == 0
+    text = capsys.readouterr().out
+    assert "  rank table: /etc/provision/fabric/r1.ranktable.json (HCCL version 1.0" in text
+    assert "    atlas-a02 (192.0.2.12): NPU 0 10.20.0.19 rank 8, NPU 1 10.20.0.20 rank 9," in text
+
+
+def test_the_gate_builds_the_rank_table_from_the_addresses_it_read() -> None:
+    from plugins.filter.hccn_gate import hccn_gate_rank_tables
+
+    group = {
+        "name": "ds",
+        "pool": "ds",
+        "hosts": ["n1", "n2"],
+        "members": [
+            {"host": "n1", "address": "192.0.2.11", "devices": [4, 5]},
+            {"host": "n2", "address": "192.0.2.12", "devices": [4, 5]},
+        ],
+    }
+
+    def probe(last: int) -> dict[str, Any]:
+        npus = {str(d): {"ip": f"10.201.{d}.{last}"} for d in (4, 5)}
+        return {"__hccn_gate_local": {"probe": {"npus": npus}}}
+
+    [found] = hccn_gate_rank_tables([group], "n2", {"n1": probe(11), "n2": probe(12)})
+    assert found["path"] == "/etc/provision/fabric/ds.ranktable.json"
+    assert found["table"]["server_list"] == [
+        {
+            "server_id": "n1",
+            "host_ip": "192.0.2.11",
+            "device": [
+                {"device_id": "4", "device_ip": "10.201.4.11", "rank_id": "0"},
+                {"device_id": "5", "device_ip": "10.201.5.11", "rank_id": "1"},
+            ],
+        },
+        {
+            "server_id": "n2",
+            "host_ip": "192.0.2.12",
+            "device": [
+                {"device_id": "4", "device_ip": "10.201.4.12", "rank_id": "2"},
+                {"device_id": "5", "device_ip": "10.201.5.12", "rank_id": "3"},
+            ],
+        },
+    ]
+    with pytest.raises(AnsibleFilterError, match="n2 NPU 5: no configured address"):
+        missing = probe(12)
+        missing["__hccn_gate_local"]["probe"]["npus"]["5"] = {"ip": None}
+        hccn_gate_rank_tables([group], "n1", {"n1": probe(11), "n2": missing})
