@@ -249,6 +249,29 @@ def test_the_fabric_stage_configures_every_port_and_a_second_apply_changes_nothi
     repeat = json.loads(again.stdout)
     assert {h: s["changed"] for h, s in repeat["hosts"].items()} == {"node1": 0, "node2": 0}
 
+    # The HCCN gate alone (no engine): the group passes and its rank table is written on both members,
+    # each device_ip the address hccn_tool reads on that node's NPU.
+    started = time.monotonic()
+    gate = provision_cli("apply", str(gated.inventory), "-p", "serve", "-t", "hccn_gate", runs=gated.runs)
+    gated.timings["gate only (rank table)"] = time.monotonic() - started
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    tables = {
+        node: json.loads(gated.sh(node, f"cat /etc/provision/fabric/{POOL['name']}.ranktable.json").stdout)
+        for node in ("node1", "node2")
+    }
+    assert tables["node1"] == tables["node2"]
+    table = tables["node1"]
+    assert (table["status"], table["version"], table["server_count"]) == ("completed", "1.0", "2")
+    for rank, server in enumerate(table["server_list"]):
+        node = f"node{rank + 1}"
+        configured = gated.sh(node, f"{HCCN} -i {NPU} -ip -g").stdout.splitlines()[0].split(":", 1)[1]
+        assert server == {
+            "server_id": node,
+            "host_ip": gated.ip(node),
+            "device": [{"device_id": str(NPU), "device_ip": configured, "rank_id": str(rank)}],
+        }
+    print("\n" + "\n".join(f"{k}: {v:.2f}" for k, v in gated.timings.items()))
+
 
 def test_a_down_link_refuses_the_whole_group_and_starts_nothing(gated: Gated) -> None:
     hardware.set_faults(gated.cluster.node("node2").root, {"link_down": [NPU]})
