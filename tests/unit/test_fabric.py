@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from provision.ascend import fabric
+from provision.ascend import fabric, hccn
+from provision.ascend.npu_smi import ParseError
 from provision.cli import _playbook
 from provision.inventory.load import load_inventory, plain
 from tests.helpers import run_cli, write_tree
@@ -316,6 +317,7 @@ def test_mismatches_name_the_port_and_field() -> None:
 
 # -- rank table ---------------------------------------------------------------------------------------------
 
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "samples"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "deepseek-r1-2node" / "inventory.ini"
 
 
@@ -389,3 +391,18 @@ def test_the_gate_builds_the_rank_table_from_the_addresses_it_read() -> None:
         missing = probe(12)
         missing["__hccn_gate_local"]["probe"]["npus"]["5"] = {"ip": None}
         hccn_gate_rank_tables([group], "n1", {"n1": probe(11), "n2": missing})
+
+
+# -- hccl_test ----------------------------------------------------------------------------------------------
+
+
+def test_hccl_test_table_parses_from_the_documented_sample() -> None:
+    text = (SAMPLES / "hccl_test_outputs.txt").read_text(encoding="utf-8")
+    sample = text.split("## oam_tools_all_reduce_8p\n", 1)[1]
+    rows = hccn.parse_hccl_test(sample)
+    assert len(rows) == 14
+    assert rows[0] == hccn.HcclTestRow(8192, 764.55, 0.00998, "success")
+    assert (rows[-1].data_size, rows[-1].alg_bandwidth_gbs) == (67108864, 23.76245)
+    assert {row.check_result for row in rows} == {"success"}
+    with pytest.raises(ParseError):
+        hccn.parse_hccl_test("the minbytes is 8192, maxbytes is 67108864, iters is 20, warmup_iters is 5\n")
