@@ -4,7 +4,9 @@ ONE round trip.
 It runs the read-only shell probe of :mod:`provision.ascend.hccn_gate` on the node and parses its output
 HERE, on the controller, with :mod:`provision.ascend` (the one copy of each parser). The ``hccn_gate`` role
 calls it twice per node: first the local checks (``devices``, ``ports``, ``addresses``), then the ping
-matrix (``pings``) once every member's NPU addresses are known. Documentation: ``library/hccn_probe.py``.
+matrix (``pings``) once every member's NPU addresses are known. The ``hccn_config`` role reads the ports'
+address, gateway and detect address with it (``configs``) before and after it sets them.
+Documentation: ``library/hccn_probe.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ansible.plugins.action import ActionBase
 
 from provision.ascend.hccn_gate import DEFAULT_TOOL, PROBE_SCRIPT, parse_probe, probe_argv
 
-_ARGS = frozenset({"tool", "devices", "pings", "pkt", "ports", "addresses", "resolve"})
+_ARGS = frozenset({"tool", "devices", "configs", "pings", "pkt", "ports", "addresses", "resolve"})
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints
@@ -36,6 +38,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             argv = probe_argv(
                 str(args.get("tool") or DEFAULT_TOOL),
                 devices=devices,
+                configs=[int(d) for d in args.get("configs") or []],
                 pings=pings,
                 pkt=int(args.get("pkt", 3)),
                 ports=bool(args.get("ports", False)),

@@ -140,6 +140,28 @@ def hccn_gate_ranks(
     return host_ranks(hccn_gate_mine(groups, host), host, node_ip=ip, ifname=ifname)
 
 
+def hccn_gate_rank_tables(
+    groups: Sequence[Mapping[str, Any]], host: str, hostvars: Any
+) -> list[dict[str, Any]]:
+    """The rank table of each multi-node group of ``host`` (``{"pool", "path", "table"}``), from the
+    addresses the members' probes read (the configured NPU addresses), in HCCL's format."""
+    from provision.ascend.fabric import rank_table, rank_table_path
+
+    out = []
+    for group in hccn_gate_mine(groups, host):
+        addresses: dict[str, dict[int, str]] = {}
+        for member in group["hosts"]:
+            probe = _probe(hostvars, str(member), LOCAL) or {}
+            npus = probe.get("npus") or {}
+            addresses[str(member)] = {int(d): str(v["ip"]) for d, v in npus.items() if v.get("ip")}
+        try:
+            table = rank_table(group, addresses)
+        except ValueError as exc:
+            raise AnsibleFilterError(f"hccn_gate: rank table of {group['name']}: {exc}") from exc
+        out.append({"pool": group["pool"], "path": rank_table_path(str(group["pool"])), "table": table})
+    return out
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -150,4 +172,5 @@ class FilterModule:
             "hccn_gate_pings": hccn_gate_pings,
             "hccn_gate_verdict": hccn_gate_verdict,
             "hccn_gate_ranks": hccn_gate_ranks,
+            "hccn_gate_rank_tables": hccn_gate_rank_tables,
         }

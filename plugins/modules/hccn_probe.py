@@ -25,6 +25,11 @@ options:
     description: NPU ids whose link, net health, address and TLS switch to read.
     type: list
     elements: int
+  configs:
+    description: NPU ids whose address, gateway and detect address to read (C(hccn_tool -i N -ip -g),
+      C(-gateway -g), C(-netdetect -g)), one command at a time.
+    type: list
+    elements: int
   pings:
     description: Pings to send, C({device, address}) (other keys are ignored).
     type: list

@@ -297,3 +297,42 @@ def parse_hccn_ping(text: str) -> HccnPing:
         target=target,
         device=device,
     )
+
+
+# --------------------------------------------------------------------------------------------- hccl_test
+
+
+@dataclass(frozen=True, slots=True)
+class HcclTestRow:
+    """One line of ``hccl_test``'s result table (``all_reduce_test`` and the other ``*_test`` binaries):
+    the data size per NPU, the mean time, the algorithm bandwidth (data / time, GB/s as the tool's
+    documentation says) and ``success``, ``failed`` or ``NULL`` (not checked)."""
+
+    data_size: int
+    avg_time_us: float
+    alg_bandwidth_gbs: float
+    check_result: str
+
+
+_HCCL_TEST_HEADER = re.compile(
+    r"^\s*data_size\(Bytes\):\s*\|\s*avg_time\(us\):\s*\|\s*alg_bandwidth\(GB/s\):"
+)
+_HCCL_TEST_ROW = re.compile(r"^\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*(\S+)\s*$")
+
+
+def parse_hccl_test(text: str) -> list[HcclTestRow]:
+    """The result table of ``hccl_test`` (format: tests/fixtures/samples/hccl_test_outputs.txt)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _HCCL_TEST_HEADER.match(line)), None)
+    if start is None:
+        raise ParseError(
+            "expected hccl_test's 'data_size(Bytes): | avg_time(us): | alg_bandwidth(GB/s):' table"
+        )
+    rows = []
+    for line in lines[start + 1 :]:
+        m = _HCCL_TEST_ROW.match(line)
+        if m:
+            rows.append(HcclTestRow(int(m.group(1)), float(m.group(2)), float(m.group(3)), m.group(4)))
+    if not rows:
+        raise ParseError("hccl_test printed its table header but no result line")
+    return rows

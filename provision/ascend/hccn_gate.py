@@ -32,9 +32,11 @@ from typing import Any
 
 from provision.ascend.facts import MARK, sections
 from provision.ascend.hccn import (
+    parse_hccn_gateway,
     parse_hccn_ip,
     parse_hccn_link,
     parse_hccn_net_health,
+    parse_hccn_netdetect,
     parse_hccn_ping,
     parse_hccn_tls,
 )
@@ -60,6 +62,7 @@ LOCAL_COMMANDS = ("link", "net_health", "ip", "tls")
 
 # Arguments after the script: the tool's path, then any of
 #   dev=N          link, net_health, ip and tls of NPU N
+#   conf=N         ip, gateway and netdetect of NPU N (the hccn_config role), one command at a time
 #   ping=N,ADDR    ping ADDR from NPU N (pkt=K packets each, default 3)
 #   ports          listening TCP sockets (ss -tlnp) and the cgroup of every process holding one
 #   addr           the node's IPv4 addresses (ip -o -4 addr show)
@@ -72,6 +75,7 @@ def probe_argv(
     tool: str,
     *,
     devices: Iterable[int] = (),
+    configs: Iterable[int] = (),
     pings: Iterable[tuple[int, str]] = (),
     pkt: int = 3,
     ports: bool = False,
@@ -81,6 +85,7 @@ def probe_argv(
     """The positional arguments of :data:`PROBE_SCRIPT` (after ``sh -c SCRIPT NAME``)."""
     argv = [tool]
     argv += [f"dev={int(d)}" for d in devices]
+    argv += [f"conf={int(d)}" for d in configs]
     for device, address in pings:
         if not _is_ipv4(address):  # nothing but an address reaches the shell
             raise ValueError(f"not an IPv4 address: {address!r}")
@@ -201,11 +206,22 @@ def parse_probe(text: str) -> dict[str, Any]:
 
 
 def _empty_npu() -> dict[str, Any]:
-    return {"link": None, "net_health": None, "ip": None, "netmask": None, "tls": None, "errors": []}
+    return {
+        "link": None,
+        "net_health": None,
+        "ip": None,
+        "netmask": None,
+        "tls": None,
+        "errors": [],
+    }
 
 
 def _local(npu: dict[str, Any], device: int, command: str, rc: int, body: str) -> None:
+    """One ``-g`` read into ``npu``; ``gateway`` and ``netdetect`` (read for ``conf=N`` only) are keys
+    of their own, None when the read failed."""
     shown = f"hccn_tool -i {device} -{command} -g"
+    if command in ("gateway", "netdetect"):
+        npu[command] = None
     if rc != 0:
         npu["errors"].append(f"{shown}: exit {rc}: {_last_line(body, rc)}")
         return
@@ -219,6 +235,10 @@ def _local(npu: dict[str, Any], device: int, command: str, rc: int, body: str) -
             npu["ip"], npu["netmask"] = ip.ipaddr, ip.netmask
         elif command == "tls":
             npu["tls"] = 1 if parse_hccn_tls(body).enabled else 0
+        elif command == "gateway":
+            npu["gateway"] = parse_hccn_gateway(body).gateway
+        elif command == "netdetect":
+            npu["netdetect"] = parse_hccn_netdetect(body)
     except ParseError as exc:
         npu["errors"].append(f"{shown}: unreadable output: {exc}")
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from provision.ascend import lock
+from provision.ascend import fabric, lock
 from provision.errors import InputError
 from provision.inventory import argspecs, files, rules
 from provision.inventory.budget import short_overrides
@@ -119,6 +119,7 @@ def validate(inventory: Inventory) -> list[Issue]:
     for host, variables in inventory.hosts.items():
         _check_host(host, variables, report, scopes)
     _check_serving_groups(inventory, report, scopes)
+    _check_fabric(inventory, report, scopes)
     return report.issues()
 
 
@@ -693,6 +694,38 @@ def _check_serving_groups(inventory: Inventory, report: _Report, scopes: Scopes)
             origin = _origin_at(raw, path)
             value = _walk(raw, path)
             report.add(_scope_for(host, origin, scopes), _dotted(path), value, problem.message, origin)
+
+
+def _check_fabric(inventory: Inventory, report: _Report, scopes: Scopes) -> None:
+    """The NPU fabric's addressing plan (:mod:`provision.ascend.fabric`): each host's ports in their
+    segments, each gateway inside its segment, and no device address twice across the fleet."""
+    plans: dict[str, list[fabric.Port]] = {}
+    for host in inventory.group_hosts(HOST_GROUP):
+        raw = inventory.hosts.get(host, {})
+        variables = plain(dict(raw))
+        if any(_templated(variables.get(name)) for name in fabric.VARIABLES):
+            continue  # worked out at run time: the role checks the result
+        if any(argspecs.problems(name, variables[name]) for name in fabric.VARIABLES if name in variables):
+            continue  # the type check of the role's argument spec says it
+        ports, problems = fabric.host_ports(variables)
+        plans[host] = ports
+        for path, message in problems:
+            origin = _origin_at(raw, path)
+            report.add(_scope_for(host, origin, scopes), _dotted(path), _walk(raw, path), message, origin)
+    for dup in fabric.fleet_duplicates(plans):
+        raw = inventory.hosts.get(dup.host, {})
+        where: Path_ = (
+            (fabric.ADDRESSES, dup.device) if raw.get(fabric.ADDRESSES) is not None else (fabric.NODE_INDEX,)
+        )
+        origin = _origin_at(raw, where)
+        report.add(
+            f"host {dup.host}",
+            _dotted(where),
+            _walk(raw, where),
+            f"NPU {dup.device}'s device address {dup.address} is also NPU {dup.other_device}'s on host "
+            f"{dup.other_host}: every NPU port of the fleet needs its own",
+            origin,
+        )
 
 
 def _groupable(host: str, variables: Mapping[str, Any]) -> dict[str, Any]:

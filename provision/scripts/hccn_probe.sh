@@ -5,20 +5,25 @@ run() { label=$1; shift; out=$("$@" 2>&1); rc=$?; sec "$label $rc"; printf '%s\n
 if [ ! -x "$T" ]; then
   found=$(command -v hccn_tool 2>/dev/null) && [ -n "$found" ] && T=$found
 fi
-pkt=3; devs=; pings=; ports=0; addr=0; names=
+pkt=3; devs=; confs=; pings=; ports=0; addr=0; names=
 for a in "$@"; do
   case $a in
     pkt=*) pkt=${a#pkt=} ;;
     dev=*) devs="$devs ${a#dev=}" ;;
+    conf=*) confs="$confs ${a#conf=}" ;;
     ping=*) pings="$pings ${a#ping=}" ;;
     ports) ports=1 ;;
     addr) addr=1 ;;
     resolve=*) names="$names ${a#resolve=}" ;;
   esac
 done
-if [ -n "$devs$pings" ]; then
+if [ -n "$devs$confs$pings" ]; then
   if [ -x "$T" ]; then
     sec "tool $T"
+    # The configuration is read one command at a time: hccn_tool does not support concurrent use.
+    for d in $confs; do
+      for c in ip gateway netdetect; do run "hccn $d $c" "$T" -i "$d" -$c -g; done
+    done
     tmp=$(mktemp -d) || exit 1
     for d in $devs; do
       ( for c in link net_health ip tls; do run "hccn $d $c" "$T" -i "$d" -$c -g; done

@@ -47,8 +47,27 @@ def render(records: Sequence[Mapping[str, Any]]) -> list[str]:
         timeouts = [Timeout(**t) for t in record["timeouts"]]
         lines.append(f"  timeouts (load budget {record['budget_s']} s):")
         lines += [f"    {line}" for line in describe(timeouts)]
+        lines += _rank_table(record.get("rank_table"))
         if record["notes"]:
             lines.append("  notes:")
             lines += [f"    - {note}" for note in record["notes"]]
         lines.append("")
     return lines[:-1]
+
+
+def _rank_table(found: Mapping[str, Any] | None) -> list[str]:
+    if not found:
+        return []
+    table = found.get("table")
+    if table is None:
+        return [
+            f"  rank table: {found['path']} (written by the HCCN gate from the NPU addresses it reads; "
+            "not every member has an addressing plan, so it is not shown here)"
+        ]
+    lines = [f"  rank table: {found['path']} (HCCL version {table['version']}, written by the HCCN gate):"]
+    for server in table["server_list"]:
+        ranks = ", ".join(
+            f"NPU {d['device_id']} {d['device_ip']} rank {d['rank_id']}" for d in server["device"]
+        )
+        lines.append(f"    {server['server_id']} ({server['host_ip']}): {ranks}")
+    return lines

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from provision.ascend import fabric
 from provision.errors import InputError
 from provision.inventory.budget import check_overrides, load_budget
 from provision.inventory.groups import serving_groups_of
@@ -124,6 +125,9 @@ class PoolPlan:
     argv: list[str] = field(default_factory=list)
     """The whole command line the unit runs."""
     container: ContainerPlan | None = None
+    rank_table: dict[str, Any] | None = None
+    """A multi-node group's HCCL rank table as the HCCN gate writes it (``path``; ``table`` from the
+    inventory's NPU addressing plan, None when a member has none: the gate writes it from what it reads)."""
 
     @property
     def readiness(self) -> str:
@@ -335,11 +339,19 @@ def serving_plan(inventory: Inventory, target: str | None = None) -> ServingPlan
     if host_name and host_name not in hosts:
         raise InputError(f"{inventory.source}: no host {host_name} in group {HOST_GROUP}")
     groups = serving_groups_of(hosts, inventory.hosts)
+    tables = _rank_tables(inventory, groups)
     out = []
     for host in hosts:
         if host_name and host != host_name:
             continue
         found = host_plan(host, inventory.hosts.get(host, {}), groups)
+        found = replace(
+            found,
+            pools=[
+                replace(pool, rank_table=tables.get(pool.multinode.group)) if pool.multinode else pool
+                for pool in found.pools
+            ],
+        )
         if pool_name:
             kept = [pool for pool in found.pools if pool.pool == pool_name]
             if not kept:
@@ -350,6 +362,25 @@ def serving_plan(inventory: Inventory, target: str | None = None) -> ServingPlan
             found = replace(found, pools=kept)
         out.append(found)
     return ServingPlan(str(inventory.source), out)
+
+
+def _rank_tables(inventory: Inventory, groups: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """Each multi-node group's rank table (by group name) from the members' NPU addressing plans."""
+    out: dict[str, dict[str, Any]] = {}
+    for group in groups:
+        data = group_dict(group)
+        addresses: dict[str, dict[int, str]] = {}
+        for host in data["hosts"]:
+            ports, problems = fabric.host_ports(plain(dict(inventory.hosts.get(host) or {})))
+            if ports and not problems:
+                addresses[str(host)] = fabric.plan_addresses(ports)
+        table: dict[str, Any] | None
+        try:
+            table = fabric.rank_table(data, addresses)
+        except ValueError:
+            table = None
+        out[str(data["name"])] = {"path": fabric.rank_table_path(str(data["pool"])), "table": table}
+    return out
 
 
 def host_plan(host: str, variables: Mapping[str, Any], groups: Sequence[Any] = ()) -> HostPlan:
@@ -497,6 +528,7 @@ def record(host: HostPlan, pool: PoolPlan) -> dict[str, Any]:
         "timeouts": pool.timeouts,
         "readiness": pool.readiness,
         "notes": pool.notes,
+        **({"rank_table": pool.rank_table} if pool.rank_table is not None else {}),
     }
 
 

@@ -6,6 +6,10 @@ The nodes get the simulated NPU driver the vendor way (the ``.run`` file, then a
 real ``hccn_tool`` answers; each pool NPU gets a detection address, as a site does before multi-node
 serving. The engine cache is bind-mounted as in ``serving/cluster.py``. One cluster for the module; in order:
 
+0. The fabric stage (``provision apply -p fabric``) configures every NPU port of both nodes from the
+   inventory's per-rail addressing plan: the detect addresses the nodes lack are set (the addresses and
+   gateways the simulated layout already has are left alone), ``/etc/hccn.conf`` holds the plan, and a
+   second apply changes nothing.
 1. ``link_down: [5]`` on node2 (the pool's NPU): ``provision apply -p serve`` fails on BOTH nodes with a
    message naming node2 and NPU 5, and nothing is written or started on either node.
 2. Fault cleared: the gate passes, node1's head starts first, node2's worker only after the head listens on
@@ -199,6 +203,74 @@ def unit_show(state: Gated, node: str) -> dict[str, str]:
     props = ["ActiveState", "SubState", "ExecMainStartTimestampMonotonic", "NRestarts"]
     text = state.cluster.exec(node, ["systemctl", "show", *(f"-p{p}" for p in props), UNIT]).stdout
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+# The simulator's NPU fabric is per rail: NPU n of node k is 10.201.n.(10 + k)/24 behind gateway 10.201.n.1
+# (provision_sim.hardware.npu_fabric_addresses), so the plan is eight segments, node k at index k.
+FABRIC_PLAN = {
+    "hccn_config_subnets": [{"subnet": f"10.201.{n}.0/24", "gateway": f"10.201.{n}.1"} for n in range(8)],
+    "hccn_config_first_host": 10,
+}
+SET_TASK = "hccn_config : Set what differs from the plan"
+
+
+def test_the_fabric_stage_configures_every_port_and_a_second_apply_changes_nothing(gated: Gated) -> None:
+    folder = gated.inventory.parent
+    (folder / "group_vars" / "npu_nodes.yml").write_text(json.dumps({**settings(), **FABRIC_PLAN}))
+    for index, node in ((1, "node1"), (2, "node2")):
+        (folder / "host_vars" / f"{node}.yml").write_text(f"hccn_config_node_index: {index}\n")
+    assert provision_cli("validate", str(gated.inventory), runs=gated.runs).returncode == 0
+
+    started = time.monotonic()
+    done = provision_cli("apply", str(gated.inventory), "-p", "fabric", "--json", runs=gated.runs)
+    gated.timings["fabric apply"] = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    set_items = [
+        (e["event_data"]["host"], e["event_data"]["res"]["item"]["label"])
+        for e in events(summary)
+        if e["event"] == "runner_item_on_ok" and e["name"] == SET_TASK
+    ]
+    for index, node in ((1, "node1"), (2, "node2")):
+        # NPU 5's detect address was set by the site preparation above; the others had none
+        expected = [f"NPU {n} netdetect: unset -> 10.201.{n}.1" for n in range(8) if n != NPU]
+        assert sorted(label for host, label in set_items if host == node) == sorted(expected), set_items
+        conf = gated.sh(node, "cat /etc/hccn.conf").stdout.splitlines()
+        for n in range(8):
+            assert f"netdetect_{n}=10.201.{n}.1" in conf, conf
+            ip = gated.sh(node, f"{HCCN} -i {n} -ip -g").stdout
+            assert ip == f"ipaddr:10.201.{n}.{10 + index}\nnetmask:255.255.255.0\n", ip
+        assert "net health status: Success" in gated.sh(node, f"{HCCN} -i 0 -net_health -g").stdout
+
+    started = time.monotonic()
+    again = provision_cli("apply", str(gated.inventory), "-p", "fabric", "--json", runs=gated.runs)
+    gated.timings["fabric apply again"] = time.monotonic() - started
+    assert again.returncode == 0, again.stdout + again.stderr
+    repeat = json.loads(again.stdout)
+    assert {h: s["changed"] for h, s in repeat["hosts"].items()} == {"node1": 0, "node2": 0}
+
+    # The HCCN gate alone (no engine): the group passes and its rank table is written on both members,
+    # each device_ip the address hccn_tool reads on that node's NPU.
+    started = time.monotonic()
+    gate = provision_cli("apply", str(gated.inventory), "-p", "serve", "-t", "hccn_gate", runs=gated.runs)
+    gated.timings["gate only (rank table)"] = time.monotonic() - started
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    tables = {
+        node: json.loads(gated.sh(node, f"cat /etc/provision/fabric/{POOL['name']}.ranktable.json").stdout)
+        for node in ("node1", "node2")
+    }
+    assert tables["node1"] == tables["node2"]
+    table = tables["node1"]
+    assert (table["status"], table["version"], table["server_count"]) == ("completed", "1.0", "2")
+    for rank, server in enumerate(table["server_list"]):
+        node = f"node{rank + 1}"
+        configured = gated.sh(node, f"{HCCN} -i {NPU} -ip -g").stdout.splitlines()[0].split(":", 1)[1]
+        assert server == {
+            "server_id": node,
+            "host_ip": gated.ip(node),
+            "device": [{"device_id": str(NPU), "device_ip": configured, "rank_id": str(rank)}],
+        }
+    print("\n" + "\n".join(f"{k}: {v:.2f}" for k, v in gated.timings.items()))
 
 
 def test_a_down_link_refuses_the_whole_group_and_starts_nothing(gated: Gated) -> None:

@@ -50,6 +50,7 @@ from provision.ascend import (
     parse_npu_smi_topo,
     parse_npu_smi_usages,
 )
+from provision.ascend.hccn import parse_hccl_test
 from provision.doctor.catalog import shipped
 from tests.helpers import SAMPLES, fault_logs
 
@@ -380,6 +381,12 @@ def check_health_device(text: str) -> None:
     assert (h.npu_id, h.chips, h.error_codes) == (0, ((0, "OK"),), ())
 
 
+def check_hccl_test(text: str) -> None:
+    rows = parse_hccl_test(text)
+    assert [row.data_size for row in rows] == [8192 * 2**i for i in range(14)]
+    assert rows[-1].alg_bandwidth_gbs == 23.76245 and rows[-1].check_result == "success"
+
+
 def check_fault_log(text: str) -> None:
     """A block of real failure lines (test_doctor_real_faults.py checks which entry names it)."""
     named = [f.id for f in shipped().failures if f.signature.regex and f.search(text)]
@@ -683,6 +690,7 @@ EXPECTED: dict[str, list[Check]] = {
         check_link_stat,
         check_net_health_success,
     ],
+    "hccl_test_outputs.txt": [check_hccl_test],
     "hccn_tool_real_captures.txt": [
         check_real_ip,
         ping_check(0, "11.12.165.80", 3, 0.0, True),

@@ -421,7 +421,8 @@ def test_hccn_setters_persist_to_hccn_conf(node: SimRoot) -> None:
         ("-i", "2", "-gateway", "-s", "gateway", "192.168.100.254"),
     ):
         res = node.tool(HCCN, *args)
-        assert (res.returncode, res.stdout) == (0, "")
+        # hicann/driver cmd.c record_result_success_to_log; the MindIE guide's -tls -s capture
+        assert (res.returncode, res.stdout) == (0, "Cmd executed successfully!\n")
     conf = node.path("/etc/hccn.conf").read_text().splitlines()
     assert conf == [
         "address_2=192.168.100.12",
@@ -438,6 +439,54 @@ def test_hccn_setters_persist_to_hccn_conf(node: SimRoot) -> None:
     )
     # other devices keep their values
     assert hccn.parse_hccn_ip(node.tool(HCCN, "-i", "1", "-ip", "-g").stdout).ipaddr == "10.201.1.11"
+
+
+def test_hccn_set_rewrites_its_key_and_survives_a_reboot(node: SimRoot) -> None:
+    assert (
+        node.tool(
+            HCCN, "-i", "1", "-ip", "-s", "address", "10.20.0.11", "netmask", "255.255.255.0"
+        ).returncode
+        == 0
+    )
+    assert node.tool(HCCN, "-i", "1", "-gateway", "-s", "gateway", "10.20.0.1").returncode == 0
+    assert (
+        node.tool(
+            HCCN, "-i", "1", "-ip", "-s", "address", "10.20.0.12", "netmask", "255.255.255.0"
+        ).returncode
+        == 0
+    )
+    # the old lines go, the new ones are appended (hicann/driver cfg.c)
+    assert node.path("/etc/hccn.conf").read_text().splitlines() == [
+        "gateway_1=10.20.0.1",
+        "address_1=10.20.0.12",
+        "netmask_1=255.255.255.0",
+    ]
+    assert node.reboot().returncode == 0
+    ip = hccn.parse_hccn_ip(node.tool(HCCN, "-i", "1", "-ip", "-g").stdout)
+    assert (ip.ipaddr, ip.netmask) == ("10.20.0.12", "255.255.255.0")
+    assert hccn.parse_hccn_gateway(node.tool(HCCN, "-i", "1", "-gateway", "-g").stdout).gateway == "10.20.0.1"
+
+
+@pytest.mark.parametrize(
+    ("args", "stderr"),
+    [
+        # NPU 3 already has 10.201.3.11
+        (("-i", "2", "-ip", "-s", "address", "10.201.3.11", "netmask", "255.255.255.0"), "conflicted"),
+        (("-i", "2", "-ip", "-s", "address", "192.168.1.20", "netmask", "255.255.255.0"), "conflicted"),
+        (
+            ("-i", "2", "-gateway", "-s", "gateway", "10.99.0.1"),
+            "doesn't match that of the configured ip adress",
+        ),
+    ],
+    ids=["address-of-another-npu", "vnic-segment", "gateway-outside-segment"],
+)
+def test_hccn_set_refusals_follow_the_vendor_tool(node: SimRoot, args: tuple[str, ...], stderr: str) -> None:
+    before = node.path("/etc/hccn.conf").read_text() if node.path("/etc/hccn.conf").exists() else ""
+    res = node.tool(HCCN, *args)
+    assert res.returncode == 1
+    assert stderr in res.stderr and res.stdout == ""
+    after = node.path("/etc/hccn.conf").read_text() if node.path("/etc/hccn.conf").exists() else ""
+    assert after == before
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,16 @@
 Getters print the verbatim formats of ``tests/fixtures/samples/hccn_tool_outputs.txt`` and
 ``hccn_tool_real_captures.txt`` (netdetect, gateway, ping: real captures, sources in that folder's
 README). Setters persist to ``/etc/hccn.conf`` (``address_N=``, ``netmask_N=``, ``netdetect_N=``,
-``gateway_N=``), which then overrides ``hardware.json``; the TLS switch
+``gateway_N=``), which then overrides ``hardware.json`` and survives a reboot as the real file does. As
+Huawei's hccn_tool sources do (github.com/hicann/driver, ``src/custom/network/hccn/ascend910B/hccn_tool``:
+``tool_ops.c`` ``is_ipaddr_conflict``, ``cfg.c``, ``cmd.c`` ``uda_handle_param_err`` and
+``record_result_success_to_log``): a set prints ``Cmd executed successfully!``; a set rewrites its key
+(the old line removed, the new one appended); an address another NPU of the host has, or one in
+192.168.1.0/24 (the NPU's virtual NIC segment), is refused with ``The ip address configured is
+conflicted!``; a gateway outside the segment of the port's address with ``The segment of configured
+gateway doesn't match that of the configured ip adress!`` (sic); a gateway on a port with no address with
+``Get ipconf failed, because no ip was preset there!`` (also ``-ip -g`` of a port with no address). Those
+go to stderr (``TOOL_PRINT_ERR``). The TLS switch
 (``-tls -s enable 0|1``, which prints ``Cmd executed successfully!`` as in the vendor guides) is device
 state, kept in the simulator's ``state.json`` (it survives reboots), over the NPU's ``tls`` in hardware.json
 (default 0).
@@ -44,6 +53,17 @@ Commands: -ip -link -net_health -netdetect -gateway -tls -lldp -fec -link_stat -
 
 class HccnError(Exception):
     pass
+
+
+class VendorError(HccnError):
+    """An error the real tool prints on stderr, in its words (``TOOL_PRINT_ERR`` in cmd.c)."""
+
+
+SET_OK = "Cmd executed successfully!\n"
+IP_CONFLICT = "The ip address configured is conflicted!"
+GATEWAY_SEGMENT = "The segment of configured gateway doesn't match that of the configured ip adress!"
+NO_IP = "Get ipconf failed, because no ip was preset there!"
+VNIC_SEGMENT = ("192.168.1.0", "255.255.255.0")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,9 +166,20 @@ def read_conf() -> dict[str, str]:
 
 
 def update_conf(values: Mapping[str, str]) -> None:
+    """Rewrite each key as cfg.c does: its old line removed, the new one appended."""
     conf = read_conf()
-    conf.update(values)
+    for key, value in values.items():
+        conf.pop(key, None)
+        conf[key] = value
     common.write_key_equals(common.host_path(common.HCCN_CONF), conf)
+
+
+def _ip(value: str) -> int:
+    return int(struct.unpack("!I", socket.inet_aton(value))[0])
+
+
+def _same_segment(a: str, b: str, mask: str) -> bool:
+    return (_ip(a) & _ip(mask)) == (_ip(b) & _ip(mask))
 
 
 class Port:
@@ -264,7 +295,7 @@ def ping(port: Port, args: Sequence[str]) -> str:
 def getter(port: Port, cmd: str, rest: Sequence[str]) -> str:
     if cmd == "ip":
         if not port.address:
-            raise HccnError(f"Error: the ip address of device {port.id} is not configured.")
+            raise VendorError(NO_IP)
         return f"ipaddr:{port.address}\nnetmask:{port.netmask or '255.255.255.0'}\n"
     if cmd == "link":
         return f"link status: {'UP' if port.link_up else 'DOWN'}\n"
@@ -317,22 +348,31 @@ def setter(port: Port, cmd: str, rest: Sequence[str]) -> str:
         addr, mask = opts.get("address"), opts.get("netmask")
         if not addr or not mask or not _valid_ip(addr) or not _valid_ip(mask):
             raise HccnError("Error: please input: -ip -s address A.B.C.D netmask M.M.M.M")
+        if _same_segment(addr, VNIC_SEGMENT[0], VNIC_SEGMENT[1]):
+            raise VendorError(IP_CONFLICT)
+        others = (Port(port.config, npu) for npu in port.config["npus"] if int(npu["id"]) != port.id)
+        if any(other.address == addr for other in others):
+            raise VendorError(IP_CONFLICT)
         update_conf({f"address_{port.id}": addr, f"netmask_{port.id}": mask})
-        return ""
+        return SET_OK
     if cmd == "netdetect":
         opts = _pairs(rest, ("address",))
         addr = opts.get("address")
         if not addr or not _valid_ip(addr):
             raise HccnError("Error: please input: -netdetect -s address A.B.C.D")
         update_conf({f"netdetect_{port.id}": addr})
-        return ""
+        return SET_OK
     if cmd == "gateway":
         opts = _pairs(rest, ("gateway",))
         gw = opts.get("gateway")
         if not gw or not _valid_ip(gw):
             raise HccnError("Error: please input: -gateway -s gateway A.B.C.D")
+        if not port.address:
+            raise VendorError(NO_IP)
+        if not _same_segment(gw, port.address, port.netmask or "255.255.255.0"):
+            raise VendorError(GATEWAY_SEGMENT)
         update_conf({f"gateway_{port.id}": gw})
-        return ""
+        return SET_OK
     if cmd == "tls":
         opts = _pairs(rest, ("enable",))
         value = opts.get("enable")
@@ -346,6 +386,7 @@ def setter(port: Port, cmd: str, rest: Sequence[str]) -> str:
 
 
 def run(argv: Sequence[str]) -> tuple[int, str]:
+    """(exit code, stdout) of one call; a :class:`VendorError` is raised (its text goes to stderr)."""
     args = list(argv)
     if not args or args[0] in ("-h", "--help"):
         return (EXIT_OK if args else EXIT_ERROR), USAGE
@@ -366,12 +407,18 @@ def run(argv: Sequence[str]) -> tuple[int, str]:
         if mode == "-s":
             return EXIT_OK, setter(port, cmd, rest)
         raise HccnError(USAGE)
+    except VendorError:
+        raise
     except HccnError as exc:
         return EXIT_ERROR, str(exc).rstrip("\n") + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    code, out = run(list(sys.argv[1:] if argv is None else argv))
+    try:
+        code, out = run(list(sys.argv[1:] if argv is None else argv))
+    except VendorError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_ERROR
     sys.stdout.write(out)
     sys.stdout.flush()
     return code
