@@ -1,4 +1,5 @@
-"""Role conventions (STYLE.md 5, 6): argument_specs equal defaults; every role variable is prefixed."""
+"""Role conventions (STYLE.md 5, 6): argument_specs equal defaults (names and values, so that
+``ansible-doc -t role`` shows the defaults the role runs with); every role variable is prefixed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,22 @@ def test_argument_specs_match_defaults(role: Path) -> None:
     for name, spec in options.items():
         assert spec.get("description"), f"{role.name}: {name} has no description"
         assert spec.get("type"), f"{role.name}: {name} has no type"
+        assert "default" in spec, f"{role.name}: {name} has no default (ansible-doc would show null)"
+        assert spec["default"] == defaults[name], (
+            f"{role.name}: {name}: argument_specs says {spec['default']!r}, defaults/main.yml {defaults[name]!r}"
+        )
+
+
+def test_the_bench_gate_options_show_the_module_defaults() -> None:
+    """vllm_serve_bench_gate's keys go to the module vllm_bench_gate (``| default(omit)``), so the role's
+    documented defaults are that module's."""
+    root = Path(__file__).parents[2]
+    specs = yaml.safe_load((root / "roles/vllm_serve/meta/argument_specs.yml").read_text())
+    role_options = specs["argument_specs"]["main"]["options"]["vllm_serve_bench_gate"]["options"]
+    module_source = (root / "plugins/modules/vllm_bench_gate.py").read_text()
+    module_doc = yaml.safe_load(module_source.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
+    for name, spec in role_options.items():
+        assert spec.get("default") == module_doc["options"][name].get("default"), name
 
 
 @pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
