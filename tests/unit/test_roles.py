@@ -23,7 +23,8 @@ def test_argument_specs_match_defaults(role: Path) -> None:
         assert spec.get("type"), f"{role.name}: {name} has no type"
         assert "default" in spec, f"{role.name}: {name} has no default (ansible-doc would show null)"
         assert spec["default"] == defaults[name], (
-            f"{role.name}: {name}: argument_specs says {spec['default']!r}, defaults/main.yml {defaults[name]!r}"
+            f"{role.name}: {name}: argument_specs says {spec['default']!r}, "
+            f"defaults/main.yml {defaults[name]!r}"
         )
 
 
