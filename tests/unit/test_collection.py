@@ -43,6 +43,9 @@ def test_one_ansible_core_range_everywhere() -> None:
     image = Requirement(ee["dependencies"]["ansible_core"]["package_pip"])
     assert image.name == "ansible-core"
     assert runtime == pyproject == image.specifier, (runtime, pyproject, image.specifier)
+    (floor,) = [spec.version for spec in pyproject if spec.operator == ">="]
+    for meta in sorted(ROOT.glob("roles/*/meta/main.yml")):
+        assert yaml.safe_load(meta.read_text())["galaxy_info"]["min_ansible_version"] == floor, meta
 
 
 def test_the_python_requirement_is_where_ansible_builder_reads_it_and_pins_this_release() -> None:
