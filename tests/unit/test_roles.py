@@ -48,3 +48,16 @@ def test_role_variables_are_prefixed(role: Path) -> None:
 
 def test_roles_exist() -> None:
     assert "preflight" in [r.name for r in ROLES]
+
+
+def test_ansible_doc_shows_every_role_option_with_its_default() -> None:
+    """What ``ansible-doc -t role`` prints (it reads meta/argument_specs.yml): no ``default: null`` left where
+    defaults/main.yml gives a value."""
+    from tests.unit.test_ansible_doc import ansible_doc
+
+    docs, stderr = ansible_doc("-t", "role", *(f"provision.ascend.{role.name}" for role in ROLES))
+    assert "ERROR" not in stderr, stderr
+    for role in ROLES:
+        defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+        options = docs[f"provision.ascend.{role.name}"]["entry_points"]["main"]["options"]
+        assert {name: spec.get("default") for name, spec in options.items()} == defaults, role.name
