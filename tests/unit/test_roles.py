@@ -21,9 +21,9 @@ def test_argument_specs_match_defaults(role: Path) -> None:
     for name, spec in options.items():
         assert spec.get("description"), f"{role.name}: {name} has no description"
         assert spec.get("type"), f"{role.name}: {name} has no type"
-        assert "default" in spec, f"{role.name}: {name} has no default (ansible-doc would show null)"
-        assert spec["default"] == defaults[name], (
-            f"{role.name}: {name}: argument_specs says {spec['default']!r}, "
+        # a missing default is null to ansible-doc: right only where defaults/main.yml says null too
+        assert spec.get("default") == defaults[name], (
+            f"{role.name}: {name}: argument_specs says {spec.get('default')!r}, "
             f"defaults/main.yml {defaults[name]!r}"
         )
 
