@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # cluster mostly waits on its engines, so a second group of tests runs beside it); 0 runs in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: setup deps demo demo-down test lint unit k8s-rig
+.PHONY: setup deps demo demo-down test lint unit k8s-rig ee-context
 
 setup: $(VENV)/.installed deps
 
@@ -35,6 +35,14 @@ demo: setup
 
 demo-down: setup
 	$(BIN)/provision sim down --name $(DEMO)
+
+# The build context of an execution environment (execution-environment.yml, docs/ansible.md): the collection
+# and provision's wheel in dist/, then ansible-builder's context in build/ee/ (`podman build build/ee`).
+ee-context: setup
+	rm -rf dist build/ee
+	$(BIN)/ansible-galaxy collection build --output-path dist .
+	$(BIN)/pip wheel --no-deps -q -w dist .
+	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee
 
 lint: setup
 	$(BIN)/ruff check .

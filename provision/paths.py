@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from pathlib import Path
+
+import yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 NAMESPACE, NAME = "provision", "ascend"
@@ -51,6 +54,42 @@ def collections_path() -> Path:
         with contextlib.suppress(FileExistsError):  # another run made it meanwhile
             link.symlink_to(root, target_is_directory=True)
     return base
+
+
+def collection_version(root: Path) -> str | None:
+    """The version of the collection at ``root``: an installed one's ``MANIFEST.json`` (ansible-galaxy), a
+    source tree's or the wheel's ``galaxy.yml``; None when neither says."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError, KeyError):
+        manifest = json.loads((root / "MANIFEST.json").read_text(encoding="utf-8"))
+        return str(manifest["collection_info"]["version"])
+    with contextlib.suppress(OSError, yaml.YAMLError, AttributeError, TypeError, KeyError):
+        return str(yaml.safe_load((root / "galaxy.yml").read_text(encoding="utf-8"))["version"])
+    return None
+
+
+def shadowed_collections(search_path: str) -> list[str]:
+    """A warning for each ``provision.ascend`` of another version on ``search_path`` (a collections path as
+    ``ANSIBLE_COLLECTIONS_PATH`` spells it). provision's runs put their own collection first (its plugins use
+    this provision package's parsers: meta/ee-requirements.txt pins the two to one release), so such a copy
+    is not what they run, though a plain ansible-playbook would run it."""
+    ours = ansible_root().resolve()
+    version = collection_version(ours)
+    warnings = []
+    for entry in filter(None, search_path.split(os.pathsep)):
+        base = Path(entry).expanduser()
+        top = base if base.name == "ansible_collections" else base / "ansible_collections"
+        theirs = top / NAMESPACE / NAME
+        if not theirs.is_dir() or theirs.resolve() == ours:
+            continue
+        found = collection_version(theirs)
+        if found != version:
+            warnings.append(
+                f"{theirs} holds {COLLECTION} {found or '(no version)'}; provision runs its own {COLLECTION} "
+                f"{version} ({ours}), whose plugins match this provision package: ansible-playbook would use "
+                f"yours. To run {found or 'that copy'} with provision, install the provision release of that "
+                "version."
+            )
+    return warnings
 
 
 def playbooks_dir() -> Path:

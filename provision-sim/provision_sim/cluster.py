@@ -414,9 +414,11 @@ class Cluster:
     def status(self) -> list[NodeStatus]:
         return [NodeStatus(n.name, n.flavour, n.ip, nodes.state(n), n.boots) for n in self.nodes]
 
-    def _host_vars(self, node: Node) -> dict[str, str]:
-        """How Ansible reaches a node: SSH as root with the cluster key, host keys checked; and that its
-        NPUs are simulated (``provision bench`` prints this label next to the J/token they give)."""
+    def _host_vars(self, node: Node) -> dict[str, str | int]:
+        """How Ansible reaches a node: SSH as root with the cluster key, host keys checked; how many NPU chips
+        it shows (``ascend_npu_count``, as ``provision bootstrap`` records it: preflight and the pools' checks
+        read it, so every ``--npus`` converges); and that its NPUs are simulated (``provision bench`` prints
+        this label next to the J/token they give)."""
         common = f"-o UserKnownHostsFile={self.known_hosts}"
         if len(str(self.control_dir)) <= MAX_CONTROL_DIR_LENGTH:
             # Masters of this cluster only: a later cluster reusing the addresses never meets a stale one.
@@ -427,6 +429,7 @@ class Cluster:
             "ansible_ssh_private_key_file": str(self.private_key),
             "ansible_python_interpreter": "/usr/bin/python3",
             "ansible_ssh_common_args": common,
+            "ascend_npu_count": node.npus,
             "provision_power_label": "simulated",
         }
 

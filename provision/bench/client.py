@@ -294,7 +294,8 @@ class LocalTokenizer:
             from tokenizers import Tokenizer as HfTokenizer  # type: ignore[import-not-found, unused-ignore]
         except ImportError:
             raise InputError(
-                f"--tokenizer {self.path}: needs the 'tokenizers' package (pip install tokenizers)"
+                f"--tokenizer {self.path}: needs the 'tokenizers' package "
+                "(pip install 'provision[tokenizer]')"
             ) from None
         file = Path(self.path)
         file = file / "tokenizer.json" if file.is_dir() else file

@@ -17,10 +17,11 @@ from provision.cli import _inputs
 from provision.cli.console import Console
 from provision.errors import InputError
 from provision.inventory.validate import Resolved, check, resolve
+from provision.paths import shadowed_collections
 from provision.runner.events import Observer
 from provision.runner.options import AnsibleOptions
 from provision.runner.progress import HEARTBEAT_S, LineProgress, LiveProgress, recap_table
-from provision.runner.run import RunResult, run_playbook
+from provision.runner.run import RunResult, run_playbook, user_collections
 from provision.serving.health import serves_api
 
 InventoryArg = typer.Argument(
@@ -124,6 +125,8 @@ def run_and_report(
         out.status(
             f"{verb}: {playbook} on {shown}{' (check mode: nothing is changed)' if check_mode else ''}"
         )
+    for warning in shadowed_collections(user_collections()):
+        Console.for_stream(sys.stderr).line(f"warning: {warning}")
     verbose = verbosity > 0
     display: LiveProgress | LineProgress = (
         LiveProgress(out.rich, verbose=verbose)

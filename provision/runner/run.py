@@ -231,16 +231,22 @@ def strategy_settings(environ: Mapping[str, str] | None = None) -> dict[str, str
 DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collections"
 
 
+def user_collections() -> str:
+    """The user's collections path (theirs, else Ansible's default), which follows provision's own."""
+    from provision.ansible_config import user_collections_path
+
+    return user_collections_path() or DEFAULT_COLLECTIONS_PATH
+
+
 def ansible_env() -> dict[str, str]:
     """The environment of every Ansible run provision starts: the user's ansible.cfg over provision's
     (:mod:`provision.ansible_config`), its collection first on the collections path (then the user's), plain
     output, and host key checking on."""
-    from provision.ansible_config import config_env, user_collections_path
+    from provision.ansible_config import config_env
 
-    user_collections = user_collections_path() or DEFAULT_COLLECTIONS_PATH
     return {
         **config_env(),
-        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([str(paths.collections_path()), user_collections]),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([str(paths.collections_path()), user_collections()]),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
         "PYTHONUNBUFFERED": "1",

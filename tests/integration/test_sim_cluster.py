@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provision.errors import EnvironmentProblem, InputError
 from provision.inventory.load import load_inventory, plain
@@ -98,10 +99,29 @@ def test_inventory_keeps_host_key_checking_on() -> None:
     host_line = next(line for line in lines if line.startswith("node1 "))
     assert host_line == (
         f"node1 ansible_host=10.200.7.11 ansible_user=root ansible_ssh_private_key_file={folder}/id_ed25519"
-        " ansible_python_interpreter=/usr/bin/python3 provision_power_label=simulated"
+        " ansible_python_interpreter=/usr/bin/python3 ascend_npu_count=8 provision_power_label=simulated"
         f" ansible_ssh_common_args='-o UserKnownHostsFile={folder}/known_hosts -o ControlPath={folder}/cp/%h'"
     )
     assert "StrictHostKeyChecking=no" not in cluster.inventory()
+
+
+@pytest.mark.unit
+def test_inventory_gives_every_node_its_npu_count(tmp_path: Path) -> None:
+    """`sim up --npus 16 --model 910b3,910_93,310p3` (the README's mixed example): preflight and the pool
+    checks read ascend_npu_count (default 8), so each host says its own count in both inventories."""
+    nodes = [
+        Node("c", f"node{i}", i, "openeuler-22.03", f"10.200.7.1{i}", 16, tmp_path / f"nodes/node{i}", model)
+        for i, model in enumerate(["910B3", "Ascend910", "310P3"], start=1)
+    ]
+    cluster = Cluster(name="c", dir=tmp_path, subnet=Subnet(7), base=Path("/base"), nodes=nodes)
+    host_lines = [line for line in cluster.inventory().splitlines() if line.startswith("node")]
+    assert [" ascend_npu_count=16 " in line for line in host_lines] == [True, True, True]
+    hosts = yaml.safe_load(cluster.complete_inventory())["all"]["children"]["npu_nodes"]["hosts"]
+    assert {name: values["ascend_npu_count"] for name, values in hosts.items()} == {
+        "node1": 16,
+        "node2": 16,
+        "node3": 16,
+    }
 
 
 @pytest.mark.unit

@@ -4,7 +4,8 @@ Where each "Done when" item of #4 is tested
 -------------------------------------------
 * A mixed cluster: plan -> apply -> apply again = 0 changed -> the nodes asserted. HERE: one cluster for the
   module (``site`` fixture: openEuler 22.03, Ubuntu 22.04, openEuler 24.03; one of each hardware model, an
-  Atlas 800 A2, an Atlas 800 A3 and an Atlas 300I Duo server, 8 chips each, each fetching its own line's
+  Atlas 800 A2, an Atlas 800 A3 and an Atlas 300I Duo server, 16 chips each (the README's mixed example,
+  its inventory as the simulator writes it: no NPU count added by the test), each fetching its own line's
   driver, firmware and operator package; the real vLLM CPU engine bound in, node1 (the A2, openEuler) and
   node2 (the A3, Ubuntu) serve smollm2-cpu), ``test_plan_*``, ``test_apply_*``, ``test_node_*``
   (``test_node_of_each_hardware_model_*``: the tools' outputs of each model parse to its configuration),
@@ -106,7 +107,9 @@ SITE_OS = "openeuler-22.03,ubuntu-22.04,openeuler-24.03"
 # One server of each hardware model vllm-ascend runs on: an Atlas 800 A2 (node1, which serves), an Atlas 800
 # A3 (node2: 8 chips = 4 NPUs x 2 dies here) and an Atlas 300I Duo server (node3: 4 cards x 2 chips).
 SITE_MODELS = "910B3,910_93,310P3"
-NPUS = 8  # chips per node: one /dev/davinciN, one pool device id, one PCI function each
+# chips per node: one /dev/davinciN, one pool device id, one PCI function each. 16 with SITE_MODELS: the
+# README's mixed example as written (`provision sim up --nodes 3 --model 910b3,910_93,310p3 --npus 16`).
+NPUS = 16
 API_KEY = "site-test-key"
 # Every node: two pools that serve nothing (files only). node1 (openEuler) and node2 (Ubuntu): a pool serving
 # smollm2-cpu on port 8000.
