@@ -58,6 +58,7 @@ def doctor(
     since: str | None = typer.Option(
         None,
         "--since",
+        metavar="DURATION",
         help="Only the logs of this last window: engine and docker journals, kernel lines of the last hours, "
         "plogs, NPU link records (e.g. 30m, 6h, 2d; default: the last journal lines, kernel lines of 6 h).",
         show_default=False,

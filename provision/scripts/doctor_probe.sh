@@ -73,9 +73,9 @@ if [ -d @DKMS_TREE@ ]; then
   sec dkms-tree; find @DKMS_TREE@ -mindepth 2 -maxdepth 2 -type d 2>/dev/null | sort
   [ -r @DKMS_TREE@/1.0/build/make.log ] && { sec dkms-make.log; tail -n 20 @DKMS_TREE@/1.0/build/make.log; }
 fi
-# shellcheck disable=SC2012 # the newest plog by time (ls -t); the CANN runtime names them
 # A plog not written in the window is left out.
 inwin() { [ -z "$mmin" ] || [ -n "$(find "$1" -mmin "-$mmin" 2>/dev/null)" ]; }
+# shellcheck disable=SC2012 # the newest plog by time (ls -t); the CANN runtime names them
 p=$(ls -t @PLOG_DIR@/*.log 2>/dev/null | head -n 1)
 [ -n "$p" ] && inwin "$p" && { sec "plog $p"; tail -n "$n" "$p" | cut -c1-@LINE_CHARS@; }
 # The error lines of the newest plogs, first ones first: HCCL's and the runtime's own account of a failure.

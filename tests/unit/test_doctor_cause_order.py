@@ -10,15 +10,17 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from provision.ascend.facts import sections
 from provision.doctor.catalog import load_catalog, shipped
 from provision.doctor.diagnose import Finding, by_cause, diagnose
-from provision.doctor.probe import collect, parse_since, probe_command
+from provision.doctor.probe import DOCTOR_SCRIPT, PLOG_DIR, collect, parse_since, probe_command
 from provision.errors import InputError
 from tests.helpers import SAMPLES, fault_logs, probe_section
 from tests.unit.test_doctor_cli import fake_nodes, inventory, run_cli  # noqa: F401  (inventory: a fixture)
@@ -270,3 +272,31 @@ def test_near_misses_of_a_flap() -> None:
     down_now = capture.replace("16:32:12 2023    LINK UP", "16:32:12 2023    LINK DOWN")
     found = [f.id for f in diagnose(collect(_with_records(down_now, link={0: "DOWN"})), EXPECTED, CATALOG)]
     assert "hccn-link-down" in found and "hccn-link-flapped" not in found
+
+
+def test_a_plog_older_than_the_window_is_left_out(tmp_path: Path) -> None:
+    plogs = tmp_path / "plog"
+    plogs.mkdir()
+    cqe = next(b for b in BLOCKS if b.failure == "roce-error-cqe-ei0013").lines[1]  # a plog's [ERROR] line
+    old, new = plogs / "plog-100_20261203080000.log", plogs / "plog-200_20261203100000.log"
+    old.write_text(cqe + "\n")
+    new.write_text(cqe.replace("2040034", "2040035") + "\n")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    script = DOCTOR_SCRIPT.replace(PLOG_DIR, str(plogs))
+
+    def plog_errors(*window: str) -> list[str]:
+        out = subprocess.run(
+            ["sh", "-c", script, "doctor-probe", "40", *window],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        return sorted(
+            label.removeprefix("plog-errors ") for label, _ in sections(out) if "plog-errors" in label
+        )
+
+    assert plog_errors() == [str(old), str(new)]
+    assert plog_errors("1800") == [str(new)]
+    assert plog_errors("10800") == [str(old), str(new)]
