@@ -19,8 +19,9 @@ The command joins four scripts the house already has or keeps here, each printin
 running driver loaded), the plogs (files written in the window) and, on the controller, the ports' link
 records (against the ``current time`` the tool prints).
 
-Nothing is written on the node; every command only reads. :func:`collect` turns the text into plain data
-(JSON-able) with the house's parsers; the raw text is kept for the support bundle.
+Nothing on the node is changed; every command only reads (the per-port questions, asked of every NPU at
+once, answer into a scratch folder of mktemp that is removed again). :func:`collect` turns the text into
+plain data (JSON-able) with the house's parsers; the raw text is kept for the support bundle.
 """
 
 from __future__ import annotations

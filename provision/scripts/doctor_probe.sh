@@ -87,7 +87,11 @@ done
 # Every NPU port's up/down records since the driver loaded: a port that went down and came back (a flap)
 # is UP now, only these records show it.
 if [ -n "$T" ] && [ ! -x "$T" ]; then T=$(command -v hccn_tool 2>/dev/null); fi
-if [ -n "$T" ]; then
-  for d in "$@"; do sec "link_stat $d"; "$T" -i "$d" -link_stat -g 2>&1 | head -n 100 | cut -c1-@LINE_CHARS@; done
+# Asked of every NPU at once (as the HCCN probe asks its ports), each answer in its own scratch file.
+if [ -n "$T" ] && [ $# -gt 0 ] && ls_tmp=$(mktemp -d); then
+  for d in "$@"; do "$T" -i "$d" -link_stat -g > "$ls_tmp/$d" 2>&1 & done
+  wait
+  for d in "$@"; do sec "link_stat $d"; head -n 100 "$ls_tmp/$d" | cut -c1-@LINE_CHARS@; done
+  rm -rf "$ls_tmp"
 fi
 exit 0
