@@ -57,6 +57,8 @@ HCCL_TIMEOUT_LINE = (
     "rankSize[32], rankId[25 24]]"
 )
 """An HCCL execution timeout as vLLM-Ascend's engine printed it (:data:`HCCL_TIMEOUT_SOURCE`)."""
+SERVE_CONFIG_DIR = "/etc/provision/serve"
+"""The vllm_serve role's vllm_serve_config_dir: one folder per pool the node serves (its env, args)."""
 JOURNAL_SOCKET = "/run/systemd/journal/socket"
 # journald's native protocol, root only: `journalctl -u UNIT` shows an entry with OBJECT_SYSTEMD_UNIT=UNIT
 # from uid 0 among the unit's own lines, so the line reads as the engine's output.
@@ -113,7 +115,8 @@ NODE_KNOBS: dict[str, Knob] = {
         Knob(
             "hccl_timeout",
             "",
-            "every vllm-*.service journal gets a real HCCL execution timeout (EI0002, remote rank 24); "
+            "the journal of every pool's engine (vllm-POOL.service) gets a real HCCL execution timeout "
+            "(EI0002, remote rank 24); "
             "clearing it rotates and vacuums the node's journal (journald forgets no single line)",
             lambda v: KNOBS["disk_full"].check(v),
             True,
@@ -300,9 +303,14 @@ def _clear_link_flap(node: Node, faults: dict[str, Any]) -> None:
 
 def _plant_hccl_timeout(node: Node, _value: object, faults: dict[str, Any]) -> None:
     _running(node, "hccl_timeout")
-    units = _exec(node, "ls /etc/systemd/system/ | grep -E '^vllm-.*[.]service$' || true").split()
+    # the engines only: vllm-serve-ready.service (the readiness endpoint) is no pool's
+    units = _exec(
+        node,
+        f"for f in {SERVE_CONFIG_DIR}/*/env; do p=${{f%/env}}; u=vllm-${{p##*/}}.service; "
+        '[ -f "$f" ] && [ -f "/etc/systemd/system/$u" ] && echo "$u"; done; true',
+    ).split()
     if not units:
-        raise ProvisionError(f"{node.name} runs no vllm-*.service: no engine journal to write to")
+        raise ProvisionError(f"{node.name} serves no pool ({SERVE_CONFIG_DIR}/POOL/env): no engine journal")
     script = shlex.join(["python3", "-c", JOURNAL_WRITE, HCCL_TIMEOUT_LINE, *units])
     _exec(node, script)
     faults["hccl_timeout"] = units
