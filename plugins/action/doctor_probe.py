@@ -20,7 +20,7 @@ from provision.doctor.probe import JOURNAL_LINES, holders_command, npu_pids, pro
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _VALID_ARGS = frozenset({"devices", "journal_lines"})
+    _VALID_ARGS = frozenset({"devices", "journal_lines", "since_s"})
 
     def run(self, tmp: str | None = None, task_vars: Mapping[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
@@ -32,9 +32,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
                 devices = list(range(int(count)))
             devices = [int(d) for d in devices]
             lines = int(args.get("journal_lines", JOURNAL_LINES))
+            since = int(args["since_s"]) if args.get("since_s") not in (None, "") else None
+            if since is not None and since <= 0:
+                raise ValueError(f"since_s must be above 0, not {since}")
         except (TypeError, ValueError) as exc:
             raise AnsibleActionFail(f"doctor_probe: bad arguments: {exc}") from exc
-        probe = self._run(probe_command(devices, journal_lines=lines))
+        probe = self._run(probe_command(devices, journal_lines=lines, since_s=since))
         try:
             pids = npu_pids(probe)
         except ValueError as exc:

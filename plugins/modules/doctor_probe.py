@@ -14,7 +14,7 @@ description:
     nodes, C(hccn_tool) link, net health, address and TLS of every NPU, provision's local facts and
     converged record, C(/etc/docker/daemon.json), the state and journal tail of docker and of every
     C(vllm-*.service), the containers, C(dkms status) and the DKMS tree of the NPU driver, the newest
-    engine plog.
+    engine plog, the up/down records of every NPU port (C(hccn_tool -link_stat -g)).
   - When C(npu-smi) lists processes on the NPUs, a second command reads their cgroups (which unit holds
     each NPU).
 options:
@@ -26,6 +26,13 @@ options:
     description: Journal lines per unit, and plog lines.
     type: int
     default: 40
+  since_s:
+    description:
+      - Only the logs of this many last seconds (C(provision doctor --since)) - the journals, the kernel lines
+        of the last hours (those of the boot stay), the plogs written in that window - and the NPU ports'
+        link records of that window.
+      - Default, the last journal lines, the kernel lines of the boot and of the last 6 hours, every plog.
+    type: int
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

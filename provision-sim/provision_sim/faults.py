@@ -8,7 +8,11 @@ every fault a node has):
 * :data:`NODE_KNOBS`: faults that live in the node itself, planted the way they happen on a server — a
   process outside provision holding an NPU (a real process, shown in npu-smi's process table), a driver
   other than the lock's (its ``version.info`` rewritten, as a hand install leaves it), a nearly full
-  ``/tmp``, a missing device node. Clearing one undoes exactly what planting it did.
+  ``/tmp``, a missing device node, a port that went down and came back (``hccn_tool -link_stat -g``
+  records it), an HCCL execution timeout in the engine's journal. Clearing one undoes what planting it did.
+
+The log lines a knob plants are real ones (:data:`HCCL_TIMEOUT_LINE`, verbatim from a public report and
+kept in ``tests/fixtures/samples/ascend_fault_logs.txt``); the simulator makes up none.
 
 A stopped docker or vLLM unit needs no knob: it is ``systemctl stop docker.socket docker.service`` on the
 node, as on a server (and ``systemctl start`` to end it).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +45,30 @@ TMP_FULL_FREE_MB = 32
 HIDDEN_DEVNODE = "/dev/.provision-sim-hidden-davinci{chip}"
 TEXT_KNOBS = ("driver_version",)
 """Knobs whose VALUE may be plain text (``driver_version=24.1.rc2``) rather than JSON."""
+HCCL_TIMEOUT_SOURCE = "https://github.com/vllm-project/vllm-ascend/issues/3413"
+HCCL_TIMEOUT_LINE = (
+    "EI0002: [PID: 2969] 2025-10-11-15:09:34.713.335 The wait execution of the Notify register times out. "
+    "Reason: The Notify register has not received the Notify record from remote rank: [24]. "
+    "base information: "
+    "[streamID:[109], taskID[38], taskType[Notify Wait], "
+    "tag[AllReduce_group_name_1654NHRAllReduceComm_device], "
+    "AlgType(level 0-1-2):[ring-NHR-NHR].]. task information: [notify id:[0x0000000000000213], stage:[0], "
+    "remote rank:[24]]. group information: [group:[group_name_1654], user define information[Unspecified], "
+    "rankSize[32], rankId[25 24]]"
+)
+"""An HCCL execution timeout as vLLM-Ascend's engine printed it (:data:`HCCL_TIMEOUT_SOURCE`)."""
+SERVE_CONFIG_DIR = "/etc/provision/serve"
+"""The vllm_serve role's vllm_serve_config_dir: one folder per pool the node serves (its env, args)."""
+JOURNAL_SOCKET = "/run/systemd/journal/socket"
+# journald's native protocol, root only: `journalctl -u UNIT` shows an entry with OBJECT_SYSTEMD_UNIT=UNIT
+# from uid 0 among the unit's own lines, so the line reads as the engine's output.
+JOURNAL_WRITE = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+    "for unit in sys.argv[2:]:\n"
+    "    s.sendto(('MESSAGE=%s\\nPRIORITY=3\\nSYSLOG_IDENTIFIER=vllm\\nOBJECT_SYSTEMD_UNIT=%s\\n'"
+    " % (sys.argv[1], unit)).encode(), '" + JOURNAL_SOCKET + "')\n"
+)
 LOST_AT_BOOT = ("tmp_full", "devnode_missing")
 """Node knobs a boot undoes (a fresh /dev, no mount over /tmp)."""
 
@@ -77,6 +106,21 @@ NODE_KNOBS: dict[str, Knob] = {
             True,
         ),
         Knob("devnode_missing", "'[7]'", "/dev/davinci7 is gone (the driver did not create it)", _chips),
+        Knob(
+            "link_flap",
+            "'[3]'",
+            "NPU 3's port went down for 2 s and came back: UP, but hccn_tool -link_stat -g records it",
+            _chips,
+        ),
+        Knob(
+            "hccl_timeout",
+            "",
+            "the journal of every pool's engine (vllm-POOL.service) gets a real HCCL execution timeout "
+            "(EI0002, remote rank 24); "
+            "clearing it rotates and vacuums the node's journal (journald forgets no single line)",
+            lambda v: KNOBS["disk_full"].check(v),
+            True,
+        ),
     )
 }
 ALL_KNOBS: dict[str, Knob] = {**KNOBS, **NODE_KNOBS}
@@ -248,6 +292,36 @@ def _clear_devnode_missing(node: Node, faults: dict[str, Any]) -> None:
         _exec(node, f"if [ -e {hidden} ]; then mv {hidden} /dev/davinci{chip}; fi")
 
 
+def _plant_link_flap(node: Node, chips: list[int], faults: dict[str, Any]) -> None:
+    # the time it went down: hccn_tool prints its records from it
+    faults["link_flap"] = {str(chip): round(time.time(), 3) for chip in chips}
+
+
+def _clear_link_flap(node: Node, faults: dict[str, Any]) -> None:
+    faults.pop("link_flap", None)
+
+
+def _plant_hccl_timeout(node: Node, _value: object, faults: dict[str, Any]) -> None:
+    _running(node, "hccl_timeout")
+    # the engines only: vllm-serve-ready.service (the readiness endpoint) is no pool's
+    units = _exec(
+        node,
+        f"for f in {SERVE_CONFIG_DIR}/*/env; do p=${{f%/env}}; u=vllm-${{p##*/}}.service; "
+        '[ -f "$f" ] && [ -f "/etc/systemd/system/$u" ] && echo "$u"; done; true',
+    ).split()
+    if not units:
+        raise ProvisionError(f"{node.name} serves no pool ({SERVE_CONFIG_DIR}/POOL/env): no engine journal")
+    script = shlex.join(["python3", "-c", JOURNAL_WRITE, HCCL_TIMEOUT_LINE, *units])
+    _exec(node, script)
+    faults["hccl_timeout"] = units
+
+
+def _clear_hccl_timeout(node: Node, faults: dict[str, Any]) -> None:
+    if faults.pop("hccl_timeout", None) and nodes.init_process(node) is not None:
+        # archived journal files older than a second go: every line written before the rotation
+        _exec(node, "journalctl --rotate && sleep 1.1 && journalctl --vacuum-time=1s >/dev/null 2>&1")
+
+
 Plant = Callable[[Node, Any, dict[str, Any]], None]
 Clear = Callable[[Node, dict[str, Any]], None]
 
@@ -263,6 +337,8 @@ ACTIONS: dict[str, _Action] = {
     "driver_version": _Action(_plant_driver_version, _clear_driver_version),
     "tmp_full": _Action(_plant_tmp_full, _clear_tmp_full),
     "devnode_missing": _Action(_plant_devnode_missing, _clear_devnode_missing),
+    "link_flap": _Action(_plant_link_flap, _clear_link_flap),
+    "hccl_timeout": _Action(_plant_hccl_timeout, _clear_hccl_timeout),
 }
 
 

@@ -3,9 +3,10 @@
 One read-only round trip per node (the ``doctor_probe`` action through the runner seam; nothing is
 installed or changed), parsed here with provision's parsers, then matched against the known failures of
 ``provision/data/failures.yml``. Per node: OK, or each failure found with its evidence line, cause, fix and
-the public report that documents it. Exit 0 when every node is OK, 1 when a problem was found (or a node
-could not be probed), 2 on bad input (nothing touched). ``--bundle FILE`` writes a redacted tar.gz of
-everything collected, to attach to an issue.
+the public report that documents it, causes before the symptoms they cause (``symptoms`` in
+``failures.yml``). ``--since DURATION`` bounds the logs read to that window. Exit 0 when every node is OK,
+1 when a problem was found (or a node could not be probed), 2 on bad input (nothing touched).
+``--bundle FILE`` writes a redacted tar.gz of everything collected, to attach to an issue.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from provision.cli.console import Console
 from provision.doctor.bundle import NodeBundle, write_bundle
 from provision.doctor.catalog import Catalog, shipped
 from provision.doctor.conditions import Expected
-from provision.doctor.diagnose import NodeReport, NpuAddresses, diagnose, npu_addresses
-from provision.doctor.probe import collect
+from provision.doctor.diagnose import NodeReport, NpuAddresses, by_cause, diagnose, npu_addresses
+from provision.doctor.probe import collect, parse_since
 from provision.errors import InputError
 from provision.inventory.load import Inventory, plain
 from provision.inventory.schema import HOST_GROUP
@@ -54,6 +55,14 @@ def doctor(
         help="Also write everything collected, per node, secrets redacted, to this .tar.gz.",
         show_default=False,
     ),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        metavar="DURATION",
+        help="Only the logs of this last window: engine and docker journals, kernel lines of the last hours, "
+        "plogs, NPU link records (e.g. 30m, 6h, 2d; default: the last journal lines, kernel lines of 6 h).",
+        show_default=False,
+    ),
     inventories: list[Path] = common.InventoriesOpt,
     *,
     ansible: AnsibleArgs,
@@ -62,6 +71,7 @@ def doctor(
     docker, DKMS, disk...) with evidence and fix; exit 0 healthy, 1 a problem found, 2 bad input.
     Changes nothing on the nodes."""
     sources = _inputs.inventories(inventory, inventories)
+    window = _since(since)
     if bundle is not None:
         _check_bundle(bundle)
     options = ansible.checked()
@@ -90,6 +100,7 @@ def doctor(
         verb="doctor",
         observer=on_tasks(handle),
         options=options,
+        module_args=f"since_s={window}" if window is not None else "",
     )
     if not answers and run.rc != 0:
         raise InputError(
@@ -105,6 +116,11 @@ def doctor(
         )
         reports.append(report)
         bundles.append(node)
+    ordered = by_cause({r.host: r.findings for r in reports}, catalog)
+    for report, node in zip(reports, bundles, strict=True):
+        report.findings = ordered[report.host]
+        if node.findings:
+            node.findings = [asdict(f) for f in report.findings]
     manifest = write_bundle(bundle, bundles, secrets=_secrets(loaded, targets)) if bundle else None
     ok = all(r.ok for r in reports)
     if as_json:
@@ -122,6 +138,15 @@ def doctor(
         _print(reports, bundle, manifest)
     if not ok:
         raise typer.Exit(1)
+
+
+def _since(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_since(value)
+    except ValueError as exc:
+        raise InputError(f"--since {value}: {exc}") from None
 
 
 def _check_bundle(path: Path) -> None:
@@ -239,6 +264,8 @@ def _print(reports: list[NodeReport], bundle: Path | None, manifest: dict[str, A
             out.line(f"  [{finding.id}] {finding.title}")
             for line in finding.evidence:
                 out.line(f"    evidence: {line}")
+            if finding.caused_by:
+                out.line(f"    caused by: {', '.join(finding.caused_by)} (fix that first)")
             out.line(f"    cause: {finding.cause}")
             out.line(f"    fix: {finding.fix}")
             out.line(f"    see: {', '.join(finding.sources)}")

@@ -94,6 +94,8 @@ class Failure(_Strict):
     cause: str = Field(min_length=1)
     fix: str = Field(min_length=1)
     sources: tuple[Source, ...] = Field(min_length=1)
+    symptoms: tuple[str, ...] = ()
+    """The failures this one causes (ids): a report names it before them, as their cause."""
 
     def search(self, text: str) -> str | None:
         """The first line of ``text`` the regex matches (unless ``unless`` matches ``text``), or None."""
@@ -122,7 +124,41 @@ class Catalog(_Strict):
             if failure.id in seen:
                 raise ValueError(f"failure id {failure.id!r} is given twice")
             seen.add(failure.id)
+        for failure in self.failures:
+            unknown = [s for s in failure.symptoms if s not in seen or s == failure.id]
+            if unknown:
+                raise ValueError(f"failure {failure.id!r}: symptoms names no other failure: {unknown[0]!r}")
+        loop = self._cycle()
+        if loop:
+            raise ValueError(f"symptoms run in a circle: {' -> '.join(loop)}")
         return self
+
+    def _cycle(self) -> list[str]:
+        """A circle of cause -> symptom ids (empty when there is none): no order could put causes first."""
+        causes = {f.id: f.symptoms for f in self.failures}
+        done: set[str] = set()
+
+        def visit(fid: str, path: list[str]) -> list[str]:
+            if fid in path:
+                return [*path[path.index(fid) :], fid]
+            if fid in done:
+                return []
+            for symptom in causes[fid]:
+                loop = visit(symptom, [*path, fid])
+                if loop:
+                    return loop
+            done.add(fid)
+            return []
+
+        for fid in causes:
+            loop = visit(fid, [])
+            if loop:
+                return loop
+        return []
+
+    def caused_by(self, failure_id: str) -> tuple[str, ...]:
+        """The ids of the failures that list ``failure_id`` among their symptoms."""
+        return tuple(f.id for f in self.failures if failure_id in f.symptoms)
 
 
 def catalog_path() -> Path:
@@ -152,8 +188,9 @@ DOC_END = "<!-- END known failures -->"
 
 
 def markdown_table(catalog: Catalog) -> str:
-    """The known failures as the Markdown table of docs/doctor.md: id, title, signature, sources."""
-    rows = ["| id | what | signature | sources |", "|---|---|---|---|"]
+    """The known failures as the Markdown table of docs/doctor.md: id, title, signature, the failures it
+    causes (named after it in a report), sources."""
+    rows = ["| id | what | signature | causes | sources |", "|---|---|---|---|---|"]
     for failure in catalog.failures:
         sig = failure.signature
         if sig.condition is not None:
@@ -164,7 +201,8 @@ def markdown_table(catalog: Catalog) -> str:
                 signature += f", unless `{sig.unless}`"
         sources = ", ".join(f"[{_short(s.url)}]({s.url})" for s in failure.sources)
         # a | of a regex would end its table cell
-        cells = (f"`{failure.id}`", failure.title, signature, sources)
+        causes = ", ".join(f"`{s}`" for s in failure.symptoms)
+        cells = (f"`{failure.id}`", failure.title, signature, causes, sources)
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"
 
@@ -194,7 +232,8 @@ def _message(exc: ValidationError, data: object) -> str:
             entry = entries[where[1]] if isinstance(entries, list) and len(entries) > where[1] else None
             name = entry.get("id") if isinstance(entry, dict) else None
             where[1] = f"{where[1]} ({name})" if name else where[1]
-        lines.append(f"{'.'.join(str(w) for w in where)}: {error['msg']}")
+        place = ".".join(str(w) for w in where)
+        lines.append(f"{place}: {error['msg']}" if place else str(error["msg"]))
     return "; ".join(lines)
 
 

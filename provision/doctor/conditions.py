@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from provision.systemd import describe_unit
@@ -87,6 +88,45 @@ def hccn_link_down(node: Facts, expected: Expected) -> list[str]:
         for npu, port in sorted(ports.items(), key=lambda kv: int(kv[0]))
         if port.get("link") not in (None, "UP")
     ]
+
+
+LINK_STAT_TIME = "%a %b %d %H:%M:%S %Y"
+"""The time of ``hccn_tool -link_stat -g`` (``Tue Jun  6 16:32:12 2023``, the node's local time)."""
+
+
+def hccn_link_flapped(node: Facts, expected: Expected) -> list[str]:
+    """An NPU port that is UP but went down and came back (its ``-link_stat -g`` records), in the window
+    (``--since``, counted back from the ``current time`` the tool printed; every record without one)."""
+    ports = (node.get("hccn") or {}).get("npus") or {}
+    since = node.get("since_s")
+    found = []
+    for npu, stat in sorted((node.get("link_stats") or {}).items(), key=lambda kv: int(kv[0])):
+        records = [tuple(r) for r in stat.get("records") or []]
+        link = (ports.get(npu) or {}).get("link")
+        if not records or records[0][1] != "LINK UP" or link not in (None, "UP"):
+            continue  # down now (hccn_link_down's), or no record
+        start = _time(stat.get("current_time"))
+        start = start - timedelta(seconds=since) if start and since else None
+        downs = [when for when, what in records if what == "LINK DOWN" and _after(when, start)]
+        if downs:
+            found.append(
+                f"hccn_tool -i {npu} -link_stat -g: LINK DOWN at {downs[0]}, LINK UP again at "
+                f"{records[0][0]}; link up count {stat.get('link_up_count')}"
+            )
+    return found
+
+
+def _time(text: object) -> datetime | None:
+    try:
+        return datetime.strptime(" ".join(str(text).split()), LINK_STAT_TIME)
+    except ValueError:
+        return None
+
+
+def _after(when: str, start: datetime | None) -> bool:
+    """Whether a record of ``when`` is in the window; one whose time cannot be read counts."""
+    at = _time(when)
+    return start is None or at is None or at >= start
 
 
 NET_HEALTH_UNCHECKED = ("success", "init", "detect ip set")
@@ -202,6 +242,7 @@ CONDITIONS: dict[str, Condition] = {
         npu_unhealthy,
         stack_off_lock,
         hccn_link_down,
+        hccn_link_flapped,
         hccn_net_unhealthy,
         hccn_tls_mixed,
         device_nodes_missing,

@@ -5,12 +5,16 @@ unit's journal, the plog and its error lines, docker's journal, ``dkms status``,
 lines); its evidence is the first matching line, prefixed with where it was seen, and, when the entry
 has a ``peer`` regex and the line names the other end, a ``peer:`` line: its server, NPU, NPU address or
 rank, and the node of the run whose NPU has that address. A condition signature gives its own evidence.
+
+:func:`by_cause` then orders each node's findings by cause: a failure whose ``symptoms`` (in
+``failures.yml``) include another finding of the node comes before it, and every finding names the found
+failures that cause it, on its own node or on the peer node its evidence names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from provision.doctor.catalog import Catalog, Failure
@@ -25,6 +29,10 @@ class Finding:
     cause: str
     fix: str
     sources: list[str]
+    caused_by: list[str] = field(default_factory=list)
+    """The found failures that cause this one: ``id`` on this node, ``host: id`` on the peer node."""
+    peer_hosts: list[str] = field(default_factory=list)
+    """The nodes of this run the evidence names as the other end."""
 
 
 @dataclass(slots=True)
@@ -89,7 +97,7 @@ def diagnose(
     texts = outputs(node)
     findings = []
     for failure in catalog.failures:
-        evidence = _evidence(failure, node, expected, texts, npus or {})
+        evidence, peers = _evidence(failure, node, expected, texts, npus or {})
         if evidence:
             findings.append(
                 Finding(
@@ -99,9 +107,48 @@ def diagnose(
                     cause=failure.cause,
                     fix=failure.fix,
                     sources=[s.url for s in failure.sources],
+                    peer_hosts=peers,
                 )
             )
     return findings
+
+
+def by_cause(found: Mapping[str, list[Finding]], catalog: Catalog) -> dict[str, list[Finding]]:
+    """Each node's findings (host -> findings, as :func:`diagnose` returns them), causes first.
+
+    A finding is caused by a found failure whose ``symptoms`` list its id, on the same node or on a peer
+    node its evidence names; on one node, a cause comes before its symptoms (otherwise the catalogue's
+    order holds).
+    """
+    symptoms = {f.id: set(f.symptoms) for f in catalog.failures}
+    out: dict[str, list[Finding]] = {}
+    for host, unordered in found.items():
+        findings = _causes_first(unordered, symptoms)
+        named = []
+        for finding in findings:
+            causes = [c.id for c in findings if finding.id in symptoms.get(c.id, ())]
+            for peer in finding.peer_hosts:
+                if peer != host:
+                    causes += [
+                        f"{peer}: {c.id}" for c in found.get(peer, []) if finding.id in symptoms.get(c.id, ())
+                    ]
+            named.append(replace(finding, caused_by=causes))
+        out[host] = named
+    return out
+
+
+def _causes_first(findings: list[Finding], symptoms: Mapping[str, set[str]]) -> list[Finding]:
+    """``findings`` sorted by how many found causes stand above each (stable: else the catalogue's order)."""
+    depth: dict[str, int] = {}
+
+    def level(fid: str, seen: frozenset[str]) -> int:
+        # the catalogue refuses a circle of symptoms; `seen` only guards one built by hand
+        if fid not in depth:
+            above = [c.id for c in findings if fid in symptoms.get(c.id, set()) and c.id not in seen]
+            depth[fid] = 1 + max((level(c, seen | {fid}) for c in above), default=-1)
+        return depth[fid]
+
+    return sorted(findings, key=lambda f: level(f.id, frozenset()))
 
 
 def _evidence(
@@ -110,20 +157,26 @@ def _evidence(
     expected: Expected,
     texts: Mapping[str, list[tuple[str, str]]],
     npus: NpuAddresses,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
+    """The evidence lines, and the nodes of the run they name as the peer."""
     signature = failure.signature
     if signature.condition is not None:
-        return CONDITIONS[signature.condition](node, expected)
-    found = []
+        return CONDITIONS[signature.condition](node, expected), []
+    found: list[str] = []
+    hosts: list[str] = []
     for output in signature.outputs:
         for where, text in texts.get(output, []):
             line = failure.search(text)
             if line is not None:
                 found.append(f"{where}: {line}")
-                peer = _describe_peer(failure.peer(line), npus)
-                if peer:
-                    found.append(f"  peer: {peer}")
-    return found
+                peer = failure.peer(line)
+                described = _describe_peer(peer, npus)
+                if described:
+                    found.append(f"  peer: {described}")
+                host = npus.get(peer.get("ip", ""), (None, 0))[0]
+                if host is not None and host not in hosts:
+                    hosts.append(host)
+    return found, hosts
 
 
 def _describe_peer(peer: Mapping[str, str], npus: NpuAddresses) -> str:

@@ -11,10 +11,17 @@ The command joins four scripts the house already has or keeps here, each printin
   converged record, docker's ``daemon.json``, the state of docker and of every vLLM unit and a window of
   each one's journal (its first error block with context, then its last lines), the containers, DKMS, the
   NPU driver's kernel lines (of the boot and of the last hours), the newest engine plog and the error
-  lines of the newest plogs. Every part is bounded (lines and characters per line).
+  lines of the newest plogs, and the up/down records of every NPU port (``hccn_tool -link_stat -g``).
+  Every part is bounded (lines and characters per line).
 
-Nothing is written on the node; every command only reads. :func:`collect` turns the text into plain data
-(JSON-able) with the house's parsers; the raw text is kept for the support bundle.
+``since_s`` (``provision doctor --since``) bounds the logs to that many last seconds: the journals
+(``journalctl --since``), the kernel lines of the last hours (those of the boot stay: they tell how the
+running driver loaded), the plogs (files written in the window) and, on the controller, the ports' link
+records (against the ``current time`` the tool prints).
+
+Nothing on the node is changed; every command only reads (the per-port questions, asked of every NPU at
+once, answer into a scratch folder of mktemp that is removed again). :func:`collect` turns the text into
+plain data (JSON-able) with the house's parsers; the raw text is kept for the support bundle.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 
 from provision.ascend import hccn_gate
 from provision.ascend.facts import MARK, PROBE_SCRIPT, facts_from_probe, sections
+from provision.ascend.hccn import parse_hccn_link_stat
 from provision.ascend.npu_smi import ParseError
 from provision.ascend.versions import parse_cann_install_info
 from provision.paths import FACT_DIR, RECORD_PATH
@@ -76,8 +84,21 @@ PLOG_ERROR = r"^\[ERROR\]|E[A-Z][0-9][0-9][0-9][0-9]"
 """The first error lines (``[ERROR] HCCL(...)``, CANN error codes) of each of the newest PLOG_FILES plogs."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_SINCE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$", re.IGNORECASE)
 
-# Positional arguments: the number of journal lines. Read-only; each part tolerates a missing tool.
+
+def parse_since(text: str) -> int:
+    """``30m``, ``6h``, ``2d``, ``90s`` -> seconds above 0; ValueError saying what is accepted."""
+    m = _SINCE.match(text)
+    seconds = int(m.group(1)) * SINCE_UNITS[m.group(2).lower()] if m else 0
+    if seconds <= 0:
+        raise ValueError("give a duration above 0 as a number and a unit s, m, h or d (e.g. 30m, 6h, 2d)")
+    return seconds
+
+
+# Positional arguments: the number of journal lines, the window in seconds (0: none), the hccn_tool path and
+# the NPU ids whose link records to read. Read-only; each part tolerates a missing tool.
 DOCTOR_SCRIPT = node_script(
     "doctor_probe.sh",
     JOURNAL_LINES=str(JOURNAL_LINES),
@@ -104,11 +125,15 @@ DOCTOR_SCRIPT = node_script(
 HOLDERS_SCRIPT = node_script("doctor_holders.sh")
 
 
-def probe_command(devices: Sequence[int], *, journal_lines: int = JOURNAL_LINES) -> str:
-    """The node command: the facts probe, the HCCN probe of ``devices`` and :data:`DOCTOR_SCRIPT`."""
+def probe_command(
+    devices: Sequence[int], *, journal_lines: int = JOURNAL_LINES, since_s: int | None = None
+) -> str:
+    """The node command: the facts probe, the HCCN probe of ``devices`` and :data:`DOCTOR_SCRIPT` (logs of
+    the last ``since_s`` seconds only, when given)."""
+    window = [str(int(journal_lines)), str(int(since_s or 0)), hccn_gate.DEFAULT_TOOL]
     parts = [
         shlex.join(["sh", "-c", PROBE_SCRIPT, "ascend-probe", *DISK_PATHS]),
-        shlex.join(["sh", "-c", DOCTOR_SCRIPT, "doctor-probe", str(int(journal_lines))]),
+        shlex.join(["sh", "-c", DOCTOR_SCRIPT, "doctor-probe", *window, *(str(int(d)) for d in devices)]),
     ]
     if devices:
         argv = hccn_gate.probe_argv(hccn_gate.DEFAULT_TOOL, devices=devices)
@@ -151,7 +176,8 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
      "containers": {name: {"id", "status"}}, "dkms": "raw" | None, "dkms_builds": ["1.0/5.10.0"] | None,
      "dkms_make_log": [lines], "plog": {"path", "lines"} | None, "plog_errors": {path: [lines]},
      "kernel_log": [lines], "hccn": {...hccn_gate.parse_probe},
-     "holders": {pid: unit | None}}
+     "link_stats": {npu: {"current_time", "link_up_count", "records": [[time, "LINK UP"|"LINK DOWN"]]}},
+     "since_s": seconds | None, "holders": {pid: unit | None}}
     """
     found = sections(text)
     labelled = dict(found)
@@ -178,6 +204,8 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
         "plog_errors": {},
         "kernel_log": [],
         "hccn": hccn_gate.parse_probe(text),
+        "link_stats": {},
+        "since_s": None,
         "holders": {},
     }
     words = labelled.get("uname", "").split()
@@ -203,6 +231,18 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
             out["plog_errors"][rest] = [line for line in body.splitlines() if line.strip()]
         elif kind == "kernel":
             out["kernel_log"] += [line for line in body.splitlines() if line.strip()]
+        elif kind == "link_stat" and rest.isdigit():
+            try:
+                stat = parse_hccn_link_stat(body)
+            except ParseError:
+                continue  # an old tool without -link_stat: no records to judge
+            out["link_stats"][rest] = {
+                "current_time": stat.current_time,
+                "link_up_count": stat.link_up_count,
+                "records": [list(r) for r in stat.records],
+            }
+        elif kind == "window" and body.strip().isdigit() and int(body) > 0:
+            out["since_s"] = int(body)
     out["cann"]["toolkits"] = sorted(toolkits)
     if "record" in labelled:
         out["record"] = _json(labelled["record"])

@@ -2,6 +2,16 @@
 # shellcheck disable=SC2086 # $units: a list of unit names, split into words on purpose
 sec() { printf '\n%s%s\n' '@@@provision ' "$1"; }
 n=${1:-@JOURNAL_LINES@}
+since=${2:-0}
+T=${3:-}
+[ $# -ge 3 ] && shift 3
+# since: the window in seconds (0: none); journalctl takes it as a relative time, find as minutes
+if [ "$since" -gt 0 ] 2>/dev/null; then
+  sec window; echo "$since"
+  jsince="--since=-${since}s"; mmin=$(( (since + 59) / 60 ))
+else
+  since=0; jsince=; mmin=
+fi
 sec os; cat /etc/os-release 2>/dev/null
 sec uname; uname -srm
 sec devnodes; for d in /dev/davinci* /dev/devmm_svm /dev/hisi_hdc; do [ -e "$d" ] && echo "$d"; done
@@ -39,15 +49,17 @@ window() {
 }
 for u in docker.service $units; do
   sec "journal $u"
-  SYSTEMD_COLORS=0 journalctl -u "$u" -n @JOURNAL_SCAN@ --no-pager -o cat 2>&1 | window
+  # shellcheck disable=SC2086 # $jsince: empty or one word
+  SYSTEMD_COLORS=0 journalctl -u "$u" $jsince -n @JOURNAL_SCAN@ --no-pager -o cat 2>&1 | window
 done
 # The NPU driver's kernel lines: the first ones of this boot (the driver loading) and those of the last
-# @KERNEL_HOURS@ hours (journalctl -k; dmesg where there is no journal), filtered to the driver's names.
+# @KERNEL_HOURS@ hours, or of the window (journalctl -k; dmesg where there is no journal), filtered to the
+# driver's names.
 kernel() { grep -aiE '@KERNEL_FILTER@' | cut -c1-@LINE_CHARS@; }
 if command -v journalctl >/dev/null 2>&1 && journalctl -k -b -n 1 --no-pager -q >/dev/null 2>&1; then
   sec "kernel boot"; journalctl -k -b --no-pager -o short-iso 2>/dev/null | kernel | head -n @KERNEL_LINES@
   sec "kernel recent"
-  journalctl -k --since "-@KERNEL_HOURS@h" --no-pager -o short-iso 2>/dev/null | kernel | tail -n @KERNEL_LINES@
+  journalctl -k "${jsince:---since=-@KERNEL_HOURS@h}" --no-pager -o short-iso 2>/dev/null | kernel | tail -n @KERNEL_LINES@
 elif command -v dmesg >/dev/null 2>&1; then
   sec "kernel dmesg"
   dmesg 2>/dev/null | kernel | awk -v k=@KERNEL_LINES@ '{ l[NR] = $0 } END { for (i = 1; i <= NR; i++) if (i <= k || i > NR - k) print l[i] }'
@@ -61,12 +73,25 @@ if [ -d @DKMS_TREE@ ]; then
   sec dkms-tree; find @DKMS_TREE@ -mindepth 2 -maxdepth 2 -type d 2>/dev/null | sort
   [ -r @DKMS_TREE@/1.0/build/make.log ] && { sec dkms-make.log; tail -n 20 @DKMS_TREE@/1.0/build/make.log; }
 fi
+# A plog not written in the window is left out.
+inwin() { [ -z "$mmin" ] || [ -n "$(find "$1" -mmin "-$mmin" 2>/dev/null)" ]; }
 # shellcheck disable=SC2012 # the newest plog by time (ls -t); the CANN runtime names them
 p=$(ls -t @PLOG_DIR@/*.log 2>/dev/null | head -n 1)
-[ -n "$p" ] && { sec "plog $p"; tail -n "$n" "$p" | cut -c1-@LINE_CHARS@; }
+[ -n "$p" ] && inwin "$p" && { sec "plog $p"; tail -n "$n" "$p" | cut -c1-@LINE_CHARS@; }
 # The error lines of the newest plogs, first ones first: HCCL's and the runtime's own account of a failure.
 # shellcheck disable=SC2012,SC2045 # plog file names are the CANN runtime's: no spaces
 for p in $(ls -t @PLOG_DIR@/*.log 2>/dev/null | head -n @PLOG_FILES@); do
+  inwin "$p" || continue
   sec "plog-errors $p"; grep -a -m @PLOG_ERROR_LINES@ -E '@PLOG_ERROR@' "$p" | cut -c1-@LINE_CHARS@
 done
+# Every NPU port's up/down records since the driver loaded: a port that went down and came back (a flap)
+# is UP now, only these records show it.
+if [ -n "$T" ] && [ ! -x "$T" ]; then T=$(command -v hccn_tool 2>/dev/null); fi
+# Asked of every NPU at once (as the HCCN probe asks its ports), each answer in its own scratch file.
+if [ -n "$T" ] && [ $# -gt 0 ] && ls_tmp=$(mktemp -d); then
+  for d in "$@"; do "$T" -i "$d" -link_stat -g > "$ls_tmp/$d" 2>&1 & done
+  wait
+  for d in "$@"; do sec "link_stat $d"; head -n 100 "$ls_tmp/$d" | cut -c1-@LINE_CHARS@; done
+  rm -rf "$ls_tmp"
+fi
 exit 0

@@ -305,3 +305,26 @@ def test_a_node_whose_nspawn_is_gone_is_found_by_its_init_and_a_power_loss_ends_
     finally:
         holder.kill()
         holder.wait()
+
+
+# -- the knobs of a flapped port and an HCCL timeout ---------------------------------------------------
+
+
+def test_the_hccl_timeout_a_node_gets_is_a_real_line_of_its_source() -> None:
+    from tests.helpers import fault_logs
+
+    blocks = [b for b in fault_logs() if b.source == faults.HCCL_TIMEOUT_SOURCE]
+    assert [b.failure for b in blocks] == ["hccl-notify-wait-timeout-ei0002"]
+    assert faults.HCCL_TIMEOUT_LINE in blocks[0].lines
+    assert faults.parse(["hccl_timeout", "link_flap=[3]"]) == {"hccl_timeout": True, "link_flap": [3]}
+
+
+def test_link_flap_records_when_the_port_went_down_and_clears(tmp_path: Path) -> None:
+    node = a_node(tmp_path)
+    before = time.time()
+    now = faults.plant(node, {"link_flap": [3, 5]})
+    assert set(now["link_flap"]) == {"3", "5"}
+    assert all(before - 0.01 <= at <= time.time() + 1 for at in now["link_flap"].values())
+    assert faults.clear(node, ["link_flap"]) == {}
+    with pytest.raises(ProvisionError, match=r"hccl_timeout needs node1 running \(`provision sim power"):
+        faults.plant(node, {"hccl_timeout": True})

@@ -406,6 +406,36 @@ def test_hccn_getters_parse(node: SimRoot) -> None:
     assert "Chassis ID TLV" in node.tool(HCCN, "-i", "3", "-lldp", "-g").stdout
 
 
+def test_a_flapped_port_prints_its_records_as_the_capture_and_doctor_names_it(node: SimRoot) -> None:
+    import re
+    import time
+
+    from provision.doctor.catalog import shipped
+    from provision.doctor.diagnose import diagnose
+    from provision.doctor.probe import collect
+    from tests.helpers import probe_section
+    from tests.unit.test_doctor_match import EXPECTED, node_probe
+
+    healthy = node.tool(HCCN, "-i", "3", "-link_stat", "-g").stdout
+    node.set_faults({"link_flap": {"3": time.time() - 30}})
+    out = node.tool(HCCN, "-i", "3", "-link_stat", "-g").stdout
+    stat = hccn.parse_hccn_link_stat(out)
+    assert stat.link_up_count == 2
+    assert [what for _, what in stat.records] == ["LINK UP", "LINK DOWN", "LINK UP"]
+    # line for line the shape of the capture (hccn_tool_outputs.txt): prefix, padding, date format
+    shape = re.compile(
+        r"^\[device 3\](current time        : |link up count       : \d+$|link change records :$|"
+        r"    [A-Z][a-z]{2} [A-Z][a-z]{2} [ 1-3]\d \d\d:\d\d:\d\d \d{4}    LINK (UP|DOWN)$)"
+    )
+    assert all(shape.match(line) for line in out.splitlines()), out
+    assert "link up count       : 2" not in healthy
+    facts = collect(node_probe(extra=probe_section("link_stat 3", out)))
+    found = {f.id: f.evidence for f in diagnose(facts, EXPECTED, shipped())}
+    assert found["hccn-link-flapped"][0].startswith("hccn_tool -i 3 -link_stat -g: LINK DOWN at ")
+    node.set_faults({"link_flap": None})
+    assert hccn.parse_hccn_link_stat(node.tool(HCCN, "-i", "3", "-link_stat", "-g").stdout).link_up_count == 1
+
+
 def test_hccn_output_lines_match_samples(node: SimRoot) -> None:
     sample = (SAMPLES / "hccn_tool_outputs.txt").read_text()
     assert node.tool(HCCN, "-i", "0", "-link", "-g").stdout.strip() in sample

@@ -1,11 +1,13 @@
-"""Rehearsed faults: twelve faults planted at once on the shared serving cluster (container mode), each named
-by ONE `provision doctor --json` run with its node, its evidence and its fix; then every fault is taken away
-and the cluster is healthy again (doctor OK, exit 0).
+"""Rehearsed faults: fourteen faults planted at once on the shared serving cluster (container mode), each
+named by ONE `provision doctor --json` run with its node, its evidence and its fix; then every fault is
+taken away and the cluster is healthy again (doctor OK, exit 0).
 
 The faults are planted the way a user rehearses them — `provision sim fault NODE KNOB...` — and, for what is
 no knob (a stopped docker or vLLM unit, a rewritten daemon.json, an NPU's TLS switch), with the node's own
 tools. Each sits on its own node or NPU so that none hides another: node1 gets the ones its npu-smi
-failure (-8005) cannot mask, node2 the ones that need npu-smi and hccn_tool to answer.
+failure (-8005) cannot mask, node2 the ones that need npu-smi and hccn_tool to answer. node1's port 3
+flaps and its engine journal gets a real HCCL execution timeout (EI0002): doctor names the dead and the
+flapped link before the timeout they cause, and the timeout names them as its cause.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ pytestmark = [
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"
 DAEMON_JSON = "etc/docker/daemon.json"
 KNOBS = {
-    "node1": ["dcmi_error", "link_down=[5]", "driver_version=24.1.rc2", "tmp_full"],
+    "node1": [
+        "dcmi_error",
+        "link_down=[5]",
+        "driver_version=24.1.rc2",
+        "tmp_full",
+        "link_flap=[3]",
+        "hccl_timeout",
+    ],
     "node2": [
         'npu_health={"6": "Critical"}',
         "foreign_process=5",
@@ -115,6 +124,8 @@ CASES = [
     ("node2", "device-nodes-missing", "devnode_missing"),
     ("node2", "hccn-tls-mixed", "hccn_tool -tls -s enable 1"),
     ("node2", "hccn-net-unhealthy", "net_health"),
+    ("node1", "hccn-link-flapped", "link_flap"),
+    ("node1", "hccl-notify-wait-timeout-ei0002", "hccl_timeout"),
 ]
 
 
@@ -137,6 +148,11 @@ def expected_evidence(rehearsal: Rehearsal, failure: str, evidence: list[str]) -
         "hccn-tls-mixed": evidence == ["TLS enabled on NPU 4, disabled on NPU 0, 1, 2, 3, 5, 6, 7"],
         "hccn-net-unhealthy": evidence
         == ["hccn_tool -i 2 -net_health -g: net health status: Receive timeout"],
+        "hccn-link-flapped": len(evidence) == 1
+        and first.startswith("hccn_tool -i 3 -link_stat -g: LINK DOWN at ")
+        and first.endswith("; link up count 2"),
+        "hccl-notify-wait-timeout-ei0002": evidence
+        == [f"{UNIT}: {faults.HCCL_TIMEOUT_LINE}", "  peer: rank 24"],
     }
     return checks[failure]
 
@@ -151,6 +167,15 @@ def test_doctor_names_the_planted_fault(rehearsed: Rehearsal, node: str, failure
     catalogued = next(f for f in shipped().failures if f.id == failure)
     assert (entry["cause"], entry["fix"]) == (catalogued.cause, catalogued.fix)
     assert entry["sources"] == [s.url for s in catalogued.sources]
+
+
+def test_the_links_come_before_the_hccl_timeout_they_cause(rehearsed: Rehearsal) -> None:
+    order = [f["id"] for f in by_host(rehearsed.report)["node1"]["findings"]]
+    timeout = order.index("hccl-notify-wait-timeout-ei0002")
+    assert order.index("hccn-link-down") < timeout and order.index("hccn-link-flapped") < timeout, order
+    found = findings(by_host(rehearsed.report)["node1"])
+    assert found["hccl-notify-wait-timeout-ei0002"]["caused_by"] == ["hccn-link-down", "hccn-link-flapped"]
+    assert found["hccn-link-flapped"]["caused_by"] == []
 
 
 def test_every_fault_taken_away_the_cluster_is_healthy_again(rehearsed: Rehearsal) -> None:
