@@ -443,6 +443,24 @@ def _number(text: str) -> float:
 
 # --------------------------------------------------------------------------------------------- apiserver
 
+# The HPA controller's own role does not reach external.metrics.k8s.io on 1.20: prometheus-adapter's
+# manifests bind one to its service account (the chart's external-metrics cluster role and binding).
+READER_ROLE = "provision-rig-external-metrics"
+READER_BINDING = "provision-rig-hpa-controller-external-metrics"
+READER: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": READER_ROLE},
+    "rules": [{"apiGroups": [GROUP], "resources": ["*"], "verbs": ["list", "get", "watch"]}],
+}
+READER_FOR_HPA: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": READER_BINDING},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER_ROLE},
+    "subjects": [{"kind": "ServiceAccount", "name": "horizontal-pod-autoscaler", "namespace": "kube-system"}],
+}
+
 
 def register(
     plane: ControlPlane,
@@ -474,10 +492,12 @@ def register(
             "versionPriority": 100,
         },
     }
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
     with plane.client() as http:
         for path, body in (
             (f"/api/v1/namespaces/{namespace}/services/{service}", service_object),
-            (f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}", apiservice),
+            (f"{rbac}/clusterroles/{READER_ROLE}", READER),
+            (f"{rbac}/clusterrolebindings/{READER_BINDING}", READER_FOR_HPA),
         ):
             answer = http.patch(
                 path,
@@ -487,12 +507,21 @@ def register(
             )
             if answer.status_code >= 300:
                 raise ProvisionError(f"apply {path}: {answer.status_code} {answer.text[:500]}")
+        # Not server-side apply: 1.20's aggregator has no field manager for APIServices (the apiserver
+        # panics, "FieldManager must be installed to run apply", and drops the connection).
+        collection = "/apis/apiregistration.k8s.io/v1/apiservices"
+        http.delete(f"{collection}/{APISERVICE}")
+        answer = http.post(collection, json=apiservice)
+        if answer.status_code >= 300:
+            raise ProvisionError(f"create {collection}: {answer.status_code} {answer.text[:500]}")
         deadline = began + timeout
         last: Any = None
         while time.monotonic() < deadline:
             got = http.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}").json()
             last = got.get("status", {}).get("conditions")
-            if any(c["type"] == "Available" and c["status"] == "True" for c in last or []):
+            available = any(c["type"] == "Available" and c["status"] == "True" for c in last or [])
+            # the aggregator installs its proxy a moment after: until then the path answers 404
+            if available and http.get(_PREFIX).status_code == 200:
                 return time.monotonic() - began
             time.sleep(0.5)
     raise ProvisionError(f"APIService {APISERVICE} not Available in {timeout:.0f} s: {last}")
@@ -502,3 +531,5 @@ def unregister(plane: ControlPlane, *, service: str = SERVICE, namespace: str = 
     with plane.client() as http, contextlib.suppress(httpx.HTTPError):
         http.delete(f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}")
         http.delete(f"/api/v1/namespaces/{namespace}/services/{service}")
+        http.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{READER_BINDING}")
+        http.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{READER_ROLE}")
