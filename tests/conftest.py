@@ -65,16 +65,20 @@ SESSION_CLUSTER_MODULES = frozenset(
 missing here is refused at collection, so the cluster is never started twice."""
 _SESSION_CLUSTER_FIXTURES = {"sim_cluster", "sim_inventory", "sim_ansible"}
 K8S_PACKAGE = "tests/integration/k8s/"
-"""The tests of the Kubernetes control plane (``k8s_control_plane``): one group, so one control plane."""
+"""The tests of the Kubernetes control plane (``k8s_control_plane``). They are in the ``serving`` group: the
+autoscaling drill (``tests/integration/serving/test_autoscale.py``) needs the control plane and the serving
+cluster at once, and one worker running both groups' tests starts each of them once."""
+K8S_GROUP = "serving"
 
 
 def xdist_group(nodeid: str) -> str:
-    """The group of the test ``nodeid``: ``serving``, ``sim_cluster`` or its module's path."""
+    """The group of the test ``nodeid``: ``serving`` (the serving package and the Kubernetes tests),
+    ``sim_cluster`` or its module's path."""
     module = nodeid.split("::", 1)[0]
     if module.startswith(SERVING_PACKAGE):
         return "serving"
     if module.startswith(K8S_PACKAGE):
-        return "k8s"
+        return K8S_GROUP
     if module in SESSION_CLUSTER_MODULES:
         return "sim_cluster"
     return module
@@ -100,8 +104,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"{module} uses {', '.join(sorted(uses))}: add it to SESSION_CLUSTER_MODULES "
                 "in tests/conftest.py"
             )
-        if "k8s_control_plane" in getattr(item, "fixturenames", ()) and xdist_group(item.nodeid) != "k8s":
-            raise pytest.UsageError(f"{module} uses k8s_control_plane: move it under {K8S_PACKAGE}")
+        if "k8s_control_plane" in getattr(item, "fixturenames", ()) and xdist_group(item.nodeid) != K8S_GROUP:
+            raise pytest.UsageError(
+                f"{module} uses k8s_control_plane: move it under {K8S_PACKAGE} or {SERVING_PACKAGE}"
+            )
 
 
 def sim_unavailable(reason: str, what: str = "simulated cluster") -> NoReturn:

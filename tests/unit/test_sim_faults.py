@@ -17,7 +17,7 @@ from provision.ascend import npu_smi
 from provision.errors import InputError, ProvisionError
 from provision_sim import cgroups, faults, hardware, nodes, supervisor
 from provision_sim.cluster import Cluster
-from provision_sim.hardware.node.ascendsim import npusmi
+from provision_sim.hardware.node.ascendsim import exporter, npusmi
 from provision_sim.network import Subnet
 from provision_sim.nodes import Node
 from provision_sim.system import ProcessRef
@@ -199,6 +199,47 @@ def test_npu_power_rises_with_the_load_of_the_process_that_holds_it(
     assert at_idle == idle_w
     cpus = len(os.sched_getaffinity(0))
     assert idle_w + 10.0 < at_load <= idle_w + npusmi.LOAD_W / cpus + 1.0
+
+
+def _utilisation_of_chip_5(holder: subprocess.Popen[bytes]) -> tuple[int | None, int | None, float]:
+    """(AICore(%) of ``npu-smi info``, NPU Utilization(%) of ``-t usages -i 5``, the exporter's
+    ``npu_chip_info_utilization{id="5"}``) with ``holder`` holding chip 5."""
+    config = hardware.node_config(name="node1", index=1, npus=8)
+    config["faults"] = {"npu_processes": {"5": [{"pid": holder.pid, "memory_mb": 512}]}}
+    node = npusmi.Node(config, {"driver_version": "25.0.rc1.1"})
+    table = npu_smi.parse_npu_smi_info(npusmi.info(node, []))
+    usages = npusmi.info(npusmi.Node(config, {"driver_version": "25.0.rc1.1"}), ["-t", "usages", "-i", "5"])
+    utilisation = npu_smi.parse_npu_smi_key_values(usages).get("NPU Utilization(%)")
+    body = exporter.render(config, 1_700_000_000_000)
+    line = next(x for x in body.splitlines() if x.startswith("npu_chip_info_utilization{") and 'id="5"' in x)
+    return table.npu(5).aicore_pct, int(str(utilisation)), float(line.rsplit(" ", 2)[1])
+
+
+def test_npu_utilisation_follows_the_load_of_the_process_that_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a node root of its own: the containers of simulated clusters running on this machine hold no chip here
+    monkeypatch.setenv("PROVISION_SIM_ROOT", str(tmp_path))
+    started = "print('started', flush=True)\n"
+    idle = subprocess.Popen(
+        [sys.executable, "-c", started + "import time; time.sleep(60)"], stdout=subprocess.PIPE
+    )
+    busy = subprocess.Popen([sys.executable, "-c", started + "while True: pass"], stdout=subprocess.PIPE)
+    try:
+        for process in (idle, busy):
+            assert process.stdout is not None and process.stdout.readline() == b"started\n"
+        at_idle = _utilisation_of_chip_5(idle)
+        at_load = _utilisation_of_chip_5(busy)
+    finally:
+        for process in (idle, busy):
+            process.kill()
+            process.wait()
+    # a sleeper: the chip rests at its idle 0 % in all three; one busy core: at most 100 % / CPUs (less when
+    # other work shares the cores), whole percents as DCMI gives them
+    assert at_idle == (0, 0, 0.0)
+    most = 100 / len(os.sched_getaffinity(0))
+    for value in at_load:
+        assert value is not None and 3 <= value <= most + 1 and float(value).is_integer(), at_load
 
 
 # -- state from the processes; power ------------------------------------------------------------------

@@ -39,8 +39,11 @@ table, ``-t power``, ``-t common``, ``-t usages``) adds ``power_load_w`` (defaul
 the CPUs that the chip's holders kept busy over 0.2 s, measured on each call. The holders are the live
 processes of the ``npu_processes`` knob and every process of a container given ``/dev/davinciN`` (through
 the Ascend Docker Runtime or ``docker run --device``): the real vLLM CPU engine that serves the pool, whose
-CPU use stands for the NPU's work. With no holder the call prints the idle power at once. The NPU-Exporter
-still reports the idle power.
+CPU use stands for the NPU's work. With no holder the call prints the idle power at once. The AI-core
+utilisation follows the same share: ``aicore_pct`` (default 0) at idle, 100 with every CPU the holders may
+use busy, a whole percent (``AICore(%)`` of the table, ``Aicore Usage Rate(%)`` and ``NPU Utilization(%)``
+of ``-t usages`` / ``-t common``). The NPU-Exporter measures the same at each cache refresh
+(``-updateTime``): ``npu_chip_info_utilization`` / ``_overall_utilization`` and ``npu_chip_info_power``.
 A missing prerequisite needs no knob: leave the package (pciutils, net-tools, dkms, gcc, make, kernel
 headers) or the ``HwHiAiUser`` account out of the node.
 

@@ -19,7 +19,9 @@ Costs: two engines (~3.6 GB each); service mode 2.5-5 min for its tests, contain
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +40,16 @@ from provision_sim.serving.image import (
     mirror_serve_image,
 )
 from provision_sim.serving.setup import container_volumes, engine_binds, engine_profile_vars, smollm2_profile
-from tests.helpers import Run, copy_inventory, host_vars, journals, json_summary, mirror_vars, provision_cli
+from tests.helpers import (
+    PROVISION,
+    Run,
+    copy_inventory,
+    host_vars,
+    journals,
+    json_summary,
+    mirror_vars,
+    provision_cli,
+)
 from tests.helpers import complete as shared_complete
 from tests.helpers import provision as run_provision
 
@@ -122,6 +133,19 @@ class Served:
                 pass
             assert time.monotonic() < deadline, f"{node} not ready again after {timeout:.0f} s"
             time.sleep(3)
+
+    def bench_load(
+        self, node: str, *, prompts: int, concurrency: int, input_len: int = 256, output_len: int = 32
+    ) -> subprocess.Popen[str]:
+        """``provision bench`` on ``node``'s engine, started and left running (the caller waits for it):
+        ``concurrency`` requests at a time, ``--ignore-eos`` so that each runs its ``output_len`` tokens."""
+        args = ["bench", self.url(node), "--api-key", API_KEY, "--num-prompts", str(prompts), "--json"]
+        args += ["--max-concurrency", str(concurrency), "--random-input-len", str(input_len)]
+        args += ["--random-output-len", str(output_len), "--ignore-eos", "--num-warmups", "0"]
+        env = {**os.environ, "CI": "1", "PROVISION_RUNS_DIR": str(self.runs)}
+        return subprocess.Popen(
+            [*PROVISION, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
 
 
 def service_settings() -> dict[str, Any]:

@@ -106,6 +106,7 @@ def chip_samples(config: Mapping[str, Any]) -> list[Sample]:
     forced_net = knobs.get("net_health") or {}
     ecc = knobs.get("ecc") or {}
     model = f"{config.get('model', '910B3')}-Ascend-V1"
+    load = npusmi.node_load(config)
     out: list[Sample] = []
     for npu in config.get("npus") or []:
         npu_id = int(npu["id"])
@@ -123,11 +124,13 @@ def chip_samples(config: Mapping[str, Any]) -> list[Sample]:
         used = npusmi.hbm_used(npu)
         total = int(npu["hbm_total_mb"])
         counts = ecc.get(str(npu_id)) or {}
+        share = load.get(npu_id, 0.0)
+        busy = npusmi.loaded_aicore_pct(npu, share)
         values: dict[str, float] = {
-            "npu_chip_info_utilization": float(npu.get("aicore_pct", 0)),
-            "npu_chip_info_overall_utilization": float(npu.get("aicore_pct", 0)),
+            "npu_chip_info_utilization": float(busy),
+            "npu_chip_info_overall_utilization": float(busy),
             "npu_chip_info_temperature": float(npu["temp_c"]),
-            "npu_chip_info_power": float(npu["power_w"]),
+            "npu_chip_info_power": npusmi.loaded_power_w(npu, share),
             "npu_chip_info_aicore_current_freq": float(npu.get("aicore_freq_mhz", 1800)),
             "npu_chip_info_health_status": 1.0 if status == "OK" else 0.0,
             "npu_chip_info_network_status": 1.0 if net in ("Success", "Init") else 0.0,

@@ -681,6 +681,24 @@ def chip_load(npus: Sequence[Mapping[str, Any]], window_s: float = LOAD_WINDOW_S
     return {chip: min(1.0, sum(busy[p] for p in set(group)) / capacity) for chip, group in holders.items()}
 
 
+def node_load(config: Mapping[str, Any], window_s: float = LOAD_WINDOW_S) -> dict[int, float]:
+    """:func:`chip_load` of a node's chips, the ``npu_processes`` knob's live processes among the holders."""
+    return chip_load([_with_knob_processes(config, n) for n in config.get("npus") or []], window_s)
+
+
+def loaded_power_w(n: Mapping[str, Any], share: float) -> float:
+    """A chip's power at ``share`` (0..1) of load: its idle ``power_w`` plus ``power_load_w`` (default
+    :data:`LOAD_W`) times the share."""
+    return round(float(n["power_w"]) + float(n.get("power_load_w", LOAD_W)) * share, 1)
+
+
+def loaded_aicore_pct(n: Mapping[str, Any], share: float) -> int:
+    """A chip's AI-core utilisation at ``share`` (0..1) of load, a whole percent as DCMI gives it: its idle
+    ``aicore_pct`` (default 0) at no load, 100 with every CPU its holders may use busy, linear between."""
+    idle = int(n.get("aicore_pct", 0))
+    return min(100, max(idle, round(idle + (100 - idle) * share)))
+
+
 def compatibility(driver_fw_range: Sequence[str] | None, firmware: str) -> str:
     if not driver_fw_range or len(driver_fw_range) != 2:
         return "OK"
@@ -702,13 +720,19 @@ class Node:
         self.per = int(config.get("chips_per_npu", 1))
         self._load: dict[int, float] | None = None
 
-    def power_w(self, n: Mapping[str, Any]) -> float:
-        """The chip's power now: its idle ``power_w`` plus ``power_load_w`` (default :data:`LOAD_W`) times
-        the load of the processes that hold it (:func:`chip_load`, measured once per call of npu-smi)."""
+    def share(self, n: Mapping[str, Any]) -> float:
+        """The load of the processes that hold the chip (:func:`chip_load`, measured once per call)."""
         if self._load is None:
             self._load = chip_load(self.npus)
-        share = self._load.get(int(n["id"]), 0.0)
-        return round(float(n["power_w"]) + float(n.get("power_load_w", LOAD_W)) * share, 1)
+        return self._load.get(int(n["id"]), 0.0)
+
+    def power_w(self, n: Mapping[str, Any]) -> float:
+        """The chip's power now (:func:`loaded_power_w` at its holders' load)."""
+        return loaded_power_w(n, self.share(n))
+
+    def aicore_pct(self, n: Mapping[str, Any]) -> int:
+        """The chip's AI-core utilisation now (:func:`loaded_aicore_pct` at its holders' load)."""
+        return loaded_aicore_pct(n, self.share(n))
 
     @staticmethod
     def npu_id(n: Mapping[str, Any]) -> int:
@@ -738,7 +762,7 @@ class Node:
             "power_w": "-" if self.hardware == "a3" and chip == 1 else self.power_w(n),
             "temp_c": n["temp_c"],
             "bus_id": n["bus_id"],
-            "aicore_pct": n.get("aicore_pct", 0),
+            "aicore_pct": self.aicore_pct(n),
             "memory_used_mb": n.get("memory_used_mb", 0),
             "memory_total_mb": n.get("memory_total_mb", 0),
             "hbm_used_mb": hbm_used(n),
@@ -797,7 +821,7 @@ class Node:
             "memory_pct": round(int(n.get("memory_used_mb", 0)) * 100 / ddr_total) if ddr_total else 6,
             "hbm_total_mb": total,
             "hbm_usage_pct": round(used * 100 / total) if total else 0,
-            "aicore_pct": n.get("aicore_pct", 0),
+            "aicore_pct": self.aicore_pct(n),
             "ctrlcpu_pct": n.get("ctrlcpu_pct", 6),
             "aicore_freq_mhz": n.get("aicore_freq_mhz", 1800),
             "aicore_count": n.get("aicore_count", 20),

@@ -1,0 +1,1 @@
+"""The serving plan rendered as Kubernetes objects, diffed and server-side applied."""
