@@ -10,8 +10,10 @@ is the link's bandwidth.
 
 :func:`pair_argv` builds the command; :func:`link_figures` reads one run (the parser is
 :func:`provision.ascend.hccn.parse_hccl_test`) and decides against a share of the port's nominal speed
-(``npu_port_gbps`` of the NPU line in ``provision/data/hardware.yml``); :func:`link_problems` words the
-refusals like the HCCN gate's (:class:`provision.ascend.hccn_gate.Problem`). Nothing here touches a node.
+(``npu_port_gbps`` of the NPU line in ``provision/data/hardware.yml``); :func:`figure_problems` words the
+refusals like the HCCN gate's (:class:`provision.ascend.hccn_gate.Problem`); :func:`link_plan` is what a
+group's head launches. The hccn_gate role runs them (``hccn_probe`` with ``links``); nothing here touches
+a node.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ from provision.ascend.npu_smi import ParseError
 __all__ = [
     "HCCL_TEST_DIRS",
     "LinkRun",
+    "figure_problems",
     "link_figures",
+    "link_plan",
     "link_problems",
+    "located",
     "nominal_gbs",
     "pair_argv",
 ]
@@ -45,13 +50,30 @@ MIN_BYTES = "8M"
 MAX_BYTES = "64M"
 """Four sizes (8, 16, 32, 64 MiB, factor 2): large enough for the link, not its latency, to set the time;
 the verdict reads the largest."""
+PAIR_TIMEOUT_S = 150
+"""A pair test that has not finished by then failed: HCCL gives up on a link it cannot set up after
+``HCCL_CONNECT_TIMEOUT`` (120 s by default) and says why; a hang past that is a failure as well."""
+LOCATE_SCRIPT = (
+    'printf "mpirun=%s\\n" "$(command -v mpirun)"; for d in "$@"; do '
+    'if [ -x "$d/bin/all_reduce_test" ]; then printf "dir=%s\\n" "$d"; break; fi; done'
+)
+"""Prints ``mpirun=PATH`` (empty when MPI is not installed) and ``dir=DIR``, the first of the arguments
+holding a built ``bin/all_reduce_test`` (no line when none does)."""
+
+
+def located(text: str) -> tuple[str | None, str | None]:
+    """(mpirun, hccl_test folder) from :data:`LOCATE_SCRIPT`'s output; None where missing."""
+    found = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return (found.get("mpirun") or None, found.get("dir") or None)
 
 
 def pair_argv(test_dir: str, hosts: tuple[str, str], device: int) -> list[str]:
     """``mpirun`` running ``all_reduce_test`` on NPU ``device`` of each of the two ``hosts`` (addresses
     ``mpirun`` reaches them by): one process per node (``-ppn 1``), one NPU per process (``-p 1``), the
-    NPU picked by CANN's ``ASCEND_RT_VISIBLE_DEVICES``."""
+    NPU picked by CANN's ``ASCEND_RT_VISIBLE_DEVICES``; stopped after :data:`PAIR_TIMEOUT_S`."""
     return [
+        "timeout",
+        str(PAIR_TIMEOUT_S),
         "mpirun",
         "-hosts",
         ",".join(hosts),
@@ -149,28 +171,55 @@ def link_figures(run: LinkRun, port_gbps: float | None, threshold: float) -> dic
     return figures
 
 
+def figure_problems(figures: Iterable[Mapping[str, Any]]) -> list[Problem]:
+    """The reasons to refuse a group from its pair tests' figures (:func:`link_figures`): one per pair that
+    failed or fell below the floor, naming both nodes, NPUs and ports."""
+    problems = []
+    for found in figures:
+        if found.get("ok"):
+            continue
+        run = LinkRun(
+            str(found["host"]), int(found["device"]), str(found["peer"]), int(found["peer_device"]), 0, ""
+        )
+        problems.append(
+            Problem(
+                run.host,
+                f"link to {run.peer} NPU {run.peer_device}: {found.get('problem')}",
+                run.device,
+                f"{TEST} between {run.pair}",
+                "check both ports (hccn_tool -i N -link -g, -link_stat -g, -optical -g), their cables "
+                "and the switch ports between the two nodes",
+            )
+        )
+    return problems
+
+
 def link_problems(
     runs: Iterable[LinkRun], port_gbps: float | None, threshold: float
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
-    """Every pair test's figures (:func:`link_figures`) and the reasons to refuse the group, one per pair
-    that failed or fell below the floor, naming both nodes, NPUs and ports."""
-    figures: list[dict[str, Any]] = []
-    problems: list[Problem] = []
-    for run in runs:
-        found = link_figures(run, port_gbps, threshold)
-        figures.append(found)
-        if not found["ok"]:
-            problems.append(
-                Problem(
-                    run.host,
-                    f"link to {run.peer} NPU {run.peer_device}: {found['problem']}",
-                    run.device,
-                    f"{TEST} between {run.pair}",
-                    "check both ports (hccn_tool -i N -link -g, -link_stat -g, -optical -g), their cables "
-                    "and the switch ports between the two nodes",
-                )
+    """Every pair test's figures (:func:`link_figures`) and the reasons to refuse
+    (:func:`figure_problems`)."""
+    figures = [link_figures(run, port_gbps, threshold) for run in runs]
+    return figures, figure_problems(figures)
+
+
+def link_plan(group: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pair tests the head of ``group`` (``group_dict``) launches: its NPU at each position with the
+    NPU at the same position of every other member (the same rail), mpirun reaching the two nodes by their
+    inventory addresses."""
+    head, *others = group["members"]
+    plan = []
+    for member in others:
+        for device, peer_device in zip(head["devices"], member["devices"], strict=False):
+            plan.append(
+                {
+                    "device": int(device),
+                    "peer": str(member["host"]),
+                    "peer_device": int(peer_device),
+                    "hosts": [str(head["address"]), str(member["address"])],
+                }
             )
-    return figures, problems
+    return plan
 
 
 def runs_from(entries: Iterable[Mapping[str, Any]]) -> list[LinkRun]:

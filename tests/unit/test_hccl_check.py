@@ -29,7 +29,15 @@ from provision.ascend.hccn import parse_hccl_test
 from provision.errors import InputError
 from provision_sim import faults
 from provision_sim.hardware.testroot import SimRoot
-from tests.unit.test_hccn_gate_checks import driver_run, simulated_node
+from tests.unit.test_hccn_gate_checks import (
+    POOL,
+    ROLE_FILTERS,
+    HostVars,
+    answered,
+    driver_run,
+    healthy,
+    simulated_node,
+)
 
 __all__ = ["driver_run"]  # a fixture
 
@@ -62,8 +70,8 @@ def measure(sim: SimRoot, device: int) -> LinkRun:
     mpirun.chmod(0o755)
     argv = pair_argv(HCCL_TEST_DIRS[0], ("192.0.2.11", "192.0.2.12"), device)
     # the test binary's node path, run through this interpreter (the node's /usr/bin/python3 is not here)
-    binary = sim.path(argv[10])
-    argv[10:11] = [sys.executable, str(binary)]
+    binary = sim.path(argv[12])
+    argv[12:13] = [sys.executable, str(binary)]
     env = sim.env()
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
@@ -73,7 +81,7 @@ def measure(sim: SimRoot, device: int) -> LinkRun:
 def test_the_command_line_is_hccl_tests_documented_one() -> None:
     argv = pair_argv("/opt/hccl_test/", ("10.0.0.1", "10.0.0.2"), 3)
     assert argv == [
-        "mpirun", "-hosts", "10.0.0.1,10.0.0.2", "-ppn", "1", "-n", "2",
+        "timeout", "150", "mpirun", "-hosts", "10.0.0.1,10.0.0.2", "-ppn", "1", "-n", "2",
         "-genv", "ASCEND_RT_VISIBLE_DEVICES", "3",
         "/opt/hccl_test/bin/all_reduce_test",
         "-b", "8M", "-e", "64M", "-f", "2", "-d", "fp32", "-o", "sum", "-p", "1",
@@ -160,3 +168,47 @@ def test_the_fault_knob_takes_a_share_of_the_speed() -> None:
     for bad in ('link_slow={"3": 0}', 'link_slow={"3": 1.5}', 'link_slow={"3": true}', "link_slow=[3]"):
         with pytest.raises(InputError, match="link_slow"):
             faults.parse([bad])
+
+
+def test_the_gate_measures_from_the_head_and_refuses_the_group_on_a_slow_link(node: SimRoot) -> None:
+    hostvars = HostVars(
+        node1={"ansible_host": "192.0.2.11", "npu_pools_list": [POOL]},
+        node2={"ansible_host": "192.0.2.12", "npu_pools_list": [POOL]},
+    )
+    groups = ROLE_FILTERS.hccn_gate_groups(["node1", "node2"], hostvars)
+    assert ROLE_FILTERS.hccn_gate_links(groups, "node2") == []  # workers launch nothing
+    plan = ROLE_FILTERS.hccn_gate_links(groups, "node1")
+    assert plan == [
+        {"device": n, "peer": "node2", "peer_device": n, "hosts": ["192.0.2.11", "192.0.2.12"]}
+        for n in range(8)
+    ]
+    assert ROLE_FILTERS.hccn_gate_port_gbps("910b") == 200
+    assert ROLE_FILTERS.hccn_gate_port_gbps("a3") is None
+    for name, index in (("node1", 1), ("node2", 2)):
+        hostvars[name]["__hccn_gate_local"] = {"changed": False, "probe": healthy(index)}
+    for name in ("node1", "node2"):
+        hostvars[name]["__hccn_gate_pings"] = {
+            "probe": answered(ROLE_FILTERS.hccn_gate_pings(groups, name, hostvars))
+        }
+
+    def gate(runs: list[LinkRun]) -> dict[str, object]:
+        figures = [link_figures(run, 200, THRESHOLD) for run in runs]
+        hostvars["node1"]["__hccn_gate_links"] = {"changed": False, "links": figures, "links_skipped": None}
+        return dict(ROLE_FILTERS.hccn_gate_verdict(groups, "node2", hostvars, ["node1", "node2"]))
+
+    def on_pair(device: int) -> LinkRun:
+        run = measure(node, device)
+        return LinkRun("node1", device, "node2", device, run.rc, run.output)
+
+    assert gate([on_pair(n) for n in (0, 6)])["ok"] is True
+    node.set_faults(faults.parse(['link_slow={"6": 0.3}']))
+    try:
+        refused = gate([on_pair(n) for n in (0, 6)])
+    finally:
+        node.set_faults({}, replace=True)
+    assert refused["ok"] is False
+    lines = str(refused["message"]).splitlines()
+    assert lines[0].endswith("nothing of it is started. 1 problem(s):")
+    assert lines[1].startswith("  - node1 NPU 6: link to node2 NPU 6: ")
+    assert "(all_reduce_test between node1 NPU 6 (port eth6) <-> node2 NPU 6 (port eth6))" in lines[1]
+    assert gate([on_pair(6)])["ok"] is True  # cleared
