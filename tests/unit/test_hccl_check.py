@@ -13,8 +13,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from ansible.plugins.action import ActionBase
 
 from provision.ascend import hardware
 from provision.ascend.hccl_check import (
@@ -29,6 +32,7 @@ from provision.ascend.hccn import parse_hccl_test
 from provision.errors import InputError
 from provision_sim import faults
 from provision_sim.hardware.testroot import SimRoot
+from tests.helpers import load_module
 from tests.unit.test_hccn_gate_checks import (
     POOL,
     ROLE_FILTERS,
@@ -43,7 +47,8 @@ __all__ = ["driver_run"]  # a fixture
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).parents[1] / "fixtures" / "samples"
+ROOT = Path(__file__).parents[2]
+SAMPLES = ROOT / "tests" / "fixtures" / "samples"
 A2_GBPS = hardware.model("a2").npu_port_gbps
 THRESHOLD = 0.5
 
@@ -212,3 +217,69 @@ def test_the_gate_measures_from_the_head_and_refuses_the_group_on_a_slow_link(no
     assert lines[1].startswith("  - node1 NPU 6: link to node2 NPU 6: ")
     assert "(all_reduce_test between node1 NPU 6 (port eth6) <-> node2 NPU 6 (port eth6))" in lines[1]
     assert gate([on_pair(6)])["ok"] is True  # cleared
+
+
+PROBE = load_module("provision_action_hccn_probe_links", ROOT / "plugins/action/hccn_probe.py")
+
+
+def run_links(
+    monkeypatch: pytest.MonkeyPatch, sim: SimRoot, args: dict[str, Any], path: str
+) -> dict[str, Any]:
+    """The action's ``links`` mode, its commands run here in the node root's environment."""
+    commands: list[str] = []
+
+    def execute(command: str, sudoable: bool = True) -> dict[str, Any]:
+        commands.append(command)
+        env = sim.env()
+        env["PATH"] = path
+        done = subprocess.run(command, shell=True, env=env, capture_output=True, text=True, check=False)
+        return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    action = PROBE.ActionModule.__new__(PROBE.ActionModule)
+    action._task = SimpleNamespace(args=args, check_mode=False)
+    action._low_level_execute_command = execute
+    result: dict[str, Any] = action.run(task_vars={"inventory_hostname": "node1"})
+    result["commands"] = commands
+    return result
+
+
+def test_the_action_runs_the_pairs_one_at_a_time_and_skips_without_mpi(
+    monkeypatch: pytest.MonkeyPatch, node: SimRoot
+) -> None:
+    measure(node, 0)  # writes the mpirun wrapper
+    bin_dir = node.root.parent / "bin"
+    folder = str(node.path(HCCL_TEST_DIRS[0]))
+    args: dict[str, Any] = {
+        "links": [
+            {"device": d, "peer": "node2", "peer_device": d, "hosts": ["192.0.2.11", "192.0.2.12"]}
+            for d in (2, 3)
+        ],
+        "link_port_gbps": 200,
+        "link_threshold": 0.5,
+        "hccl_test_dirs": ["/nonexistent/hccl_test", folder],
+    }
+    node.set_faults(faults.parse(['link_slow={"3": 0.25}']))
+    try:
+        result = run_links(monkeypatch, node, args, f"{bin_dir}:/usr/bin:/bin")
+    finally:
+        node.set_faults({}, replace=True)
+    assert result["links_skipped"] is None
+    assert [(f["host"], f["device"], f["peer"], f["ok"]) for f in result["links"]] == [
+        ("node1", 2, "node2", True),
+        ("node1", 3, "node2", False),
+    ]
+    assert "below 50% of the port's nominal 200 Gbit/s" in result["links"][1]["problem"]
+    assert result["commands"][1].startswith(
+        "timeout 150 mpirun -hosts 192.0.2.11,192.0.2.12 -ppn 1 -n 2 -genv ASCEND_RT_VISIBLE_DEVICES 2 "
+        f"{folder}/bin/all_reduce_test -b 8M"
+    )
+
+    no_mpi = run_links(monkeypatch, node, args, "/nonexistent")
+    assert no_mpi["links"] == [] and no_mpi["links_skipped"] == "mpirun (MPICH) is not installed"
+    assert len(no_mpi["commands"]) == 1  # only the look-up
+    args["hccl_test_dirs"] = ["/nonexistent/hccl_test"]
+    unbuilt = run_links(monkeypatch, node, args, f"{bin_dir}:/usr/bin:/bin")
+    assert unbuilt["links_skipped"] == (
+        "hccl_test is not built (no bin/all_reduce_test in /nonexistent/hccl_test)"
+    )
