@@ -52,10 +52,10 @@ options:
     elements: str
   links:
     description:
-      - Pair tests to run instead of the probe, one at a time, C({device, peer, peer_device, hosts}):
+      - "Pair tests to run instead of the probe, one at a time, C({device, peer, peer_device, hosts}):
         C(timeout 150 mpirun -hosts A,B -ppn 1 -n 2 -genv ASCEND_RT_VISIBLE_DEVICES device
         DIR/bin/all_reduce_test -b 8M -e 64M -f 2 -d fp32 -o sum -p 1) (hccl_test; see
-        C(provision.ascend.hccl_check)).
+        C(provision.ascend.hccl_check))."
       - Nothing runs, and C(links_skipped) says why, where mpirun or a built hccl_test is missing.
     type: list
     elements: dict
