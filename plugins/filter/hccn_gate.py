@@ -18,6 +18,7 @@ from provision.errors import InputError
 # Registered results of the role's two probes, read from every member's hostvars.
 LOCAL = "__hccn_gate_local"
 PINGS = "__hccn_gate_pings"
+LINKS = "__hccn_gate_links"
 
 
 def hccn_gate_groups(hosts: Sequence[str], hostvars: Any) -> list[dict[str, Any]]:
@@ -85,6 +86,34 @@ def hccn_gate_pings(groups: Sequence[Mapping[str, Any]], host: str, hostvars: An
     return plan
 
 
+def hccn_gate_links(groups: Sequence[Mapping[str, Any]], host: str) -> list[dict[str, Any]]:
+    """The hccl_test pair tests ``host`` launches: those of the groups it heads (none elsewhere)."""
+    from provision.ascend.hccl_check import link_plan
+
+    plan: list[dict[str, Any]] = []
+    for group in hccn_gate_mine(groups, host):
+        if group["hosts"][0] == host:
+            plan += [link for link in link_plan(group) if link not in plan]
+    return plan
+
+
+def hccn_gate_port_gbps(line: str) -> float | None:
+    """The nominal speed of one NPU port of the NPU line ``line`` (``910b``, ``a3``, ``310p``)."""
+    from provision.ascend.hardware import model_for_line
+
+    model = model_for_line(str(line))
+    return None if model is None else model.npu_port_gbps
+
+
+def _link_figures(hostvars: Any, head: str) -> list[dict[str, Any]]:
+    from provision.inventory.load import host_var
+
+    result = host_var(hostvars, head, LINKS)
+    if not isinstance(result, Mapping) or result.get("failed") or result.get("skipped"):
+        return []
+    return [dict(f) for f in result.get("links") or [] if isinstance(f, Mapping)]
+
+
 def hccn_gate_verdict(
     groups: Sequence[Mapping[str, Any]],
     host: str,
@@ -93,7 +122,8 @@ def hccn_gate_verdict(
     check_ports: bool = True,
 ) -> dict[str, Any]:
     """``{"ok", "message", "groups": [{"name", "ok", "problems"}]}`` for the groups of ``host``: the same
-    verdict on every member, from every member's probes."""
+    verdict on every member, from every member's probes and the head's pair tests (hccl_test)."""
+    from provision.ascend.hccl_check import figure_problems
     from provision.ascend.hccn_gate import gate_problems, refusal_message
 
     verdicts = []
@@ -112,6 +142,8 @@ def hccn_gate_verdict(
             unit=str(group["unit"]),
             in_play=list(play_hosts),
         )
+        peers = set(hosts[1:])
+        problems += figure_problems(f for f in _link_figures(hostvars, hosts[0]) if f.get("peer") in peers)
         verdicts.append(
             {
                 "name": group["name"],
@@ -171,6 +203,8 @@ class FilterModule:
             "hccn_gate_resolve": hccn_gate_resolve,
             "hccn_gate_pings": hccn_gate_pings,
             "hccn_gate_verdict": hccn_gate_verdict,
+            "hccn_gate_links": hccn_gate_links,
+            "hccn_gate_port_gbps": hccn_gate_port_gbps,
             "hccn_gate_ranks": hccn_gate_ranks,
             "hccn_gate_rank_tables": hccn_gate_rank_tables,
         }

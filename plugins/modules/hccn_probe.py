@@ -50,6 +50,27 @@ options:
     description: Host names to resolve on the node (C(getent ahostsv4)).
     type: list
     elements: str
+  links:
+    description:
+      - "Pair tests to run instead of the probe, one at a time, C({device, peer, peer_device, hosts}):
+        C(timeout 150 mpirun -hosts A,B -ppn 1 -n 2 -genv ASCEND_RT_VISIBLE_DEVICES device
+        DIR/bin/all_reduce_test -b 8M -e 64M -f 2 -d fp32 -o sum -p 1) (hccl_test; see
+        C(provision.ascend.hccl_check))."
+      - Nothing runs, and C(links_skipped) says why, where mpirun or a built hccl_test is missing.
+    type: list
+    elements: dict
+  link_port_gbps:
+    description: Nominal speed of one NPU port (Gbit/s); unset, only failing pairs are refused.
+    type: float
+  link_threshold:
+    description: Share of I(link_port_gbps) a pair must reach.
+    type: float
+    default: 0.5
+  hccl_test_dirs:
+    description: Where to look for hccl_test (its C(bin/all_reduce_test)), first found wins.
+    type: list
+    elements: path
+    default: [/usr/local/Ascend/cann/tools/hccl_test, /usr/local/Ascend/ascend-toolkit/latest/tools/hccl_test]
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -69,6 +90,12 @@ EXAMPLES = r"""
     devices: [0, 1, 2, 3, 4, 5, 6, 7]
     ports: true
     addresses: true
+
+- name: Measure the link between NPU 3 of two nodes (hccl_test)
+  provision.ascend.hccn_probe:
+    links: [{device: 3, peer: atlas-a02, peer_device: 3, hosts: [192.0.2.11, 192.0.2.12]}]
+    link_port_gbps: 200
+    link_threshold: 0.5
 
 - name: Ping a peer's NPU 5 from NPU 5
   provision.ascend.hccn_probe:
@@ -100,6 +127,16 @@ probe:
       type: list
       elements: dict
     resolved: {description: Host name -> IPv4 address as the node resolves it., type: dict}
+links:
+  description: "With I(links): one per pair test: host, device, peer, peer_device, data_size, bandwidth_gbs
+    (alg_bandwidth of the largest size), nominal_gbs, floor_gbs, ok, problem."
+  returned: when links is given
+  type: list
+  elements: dict
+links_skipped:
+  description: Why no pair test ran (mpirun or hccl_test missing); null when they ran.
+  returned: when links is given
+  type: str
 seconds:
   description: Wall time of the probe (one round trip).
   returned: always

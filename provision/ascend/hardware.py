@@ -56,6 +56,8 @@ class HardwareModel(_Frozen):
     cann_kernels_run: str
     base_image_tag: str
     serving_image_suffix: str
+    npu_port_gbps: float | None = Field(default=None, gt=0)
+    """Nominal speed of one NPU network port (Gbit/s); None where no public figure exists."""
 
     @property
     def chip_count(self) -> int:

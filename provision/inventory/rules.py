@@ -369,6 +369,7 @@ ROLE_LIMITS: dict[str, Limit] = {
     "hccn_config_devices": Limit(1, 16),
     "hccn_config_first_host": Limit(1, 2**24 - 2),
     "hccn_config_node_index": Limit(0, 10_000),
+    "hccn_gate_link_threshold": Limit(0, 1),
     "hccn_gate_ping_count": COUNT,
     "monitoring_node_exporter_port": PORT,
     "monitoring_npu_exporter_port": PORT,

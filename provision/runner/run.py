@@ -97,6 +97,9 @@ class RunResult:
     changes: list[Change] = field(default_factory=list)
     endpoints: list[ServedEndpoint] = field(default_factory=list)
     """The serving instances the health gate (``vllm_health``) last saw in this run, one per host and pool."""
+    links: list[dict[str, Any]] = field(default_factory=list)
+    """What the HCCN gate's bandwidth check measured (hccl_test), one per NPU pair
+    (``provision.ascend.hccl_check.link_figures``)."""
     verified: dict[str, str] = field(default_factory=dict)
     """Hosts an apply found as their record says (no site.yml run for them): host -> when recorded."""
     drift: dict[str, list[str]] = field(default_factory=dict)
@@ -160,6 +163,7 @@ class RunResult:
             "failures": [asdict(f) for f in self.failures],
             "changes": [asdict(c) for c in self.changes],
             "endpoints": [asdict(e) for e in self.endpoints],
+            "links": self.links,
             "verified": dict(sorted(self.verified.items())),
             "drift": dict(sorted(self.drift.items())),
             "converged": self.converged,
@@ -364,6 +368,7 @@ def _run_playbook(
         failures=collector.failures,
         changes=collector.changes,
         endpoints=[collector.endpoints[key] for key in sorted(collector.endpoints)],
+        links=collector.links,
     )
     if rc != 0 and not result.failures and not result.hosts:
         # ansible-playbook stopped before any host (syntax error, bad option): keep its words.
@@ -479,6 +484,7 @@ class _Collector:
         self.failures: list[Failure] = []
         self.changes: list[Change] = []
         self.endpoints: dict[tuple[str, str], ServedEndpoint] = {}
+        self.links: list[dict[str, Any]] = []
 
     def handle(self, event: Event) -> bool:
         kind = event.get("event", "")
@@ -506,6 +512,9 @@ class _Collector:
                 if isinstance(item, Mapping):
                     served = _served(host, item)
                     self.endpoints[(host, served.pool)] = served
+        # The HCCN gate's bandwidth check (hccn_probe with links): the figures of each NPU pair.
+        if kind == "runner_on_ok" and host and isinstance(res.get("links"), list):
+            self.links += [dict(item) for item in res["links"] if isinstance(item, Mapping)]
         if self.observer is not None:
             self.observer(event)
         return True

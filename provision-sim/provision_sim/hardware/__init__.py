@@ -19,6 +19,9 @@ Fault knobs (``faults`` in hardware.json; the tools read the file on every call)
 ``dcmi_error``       ``-8005``: every npu-smi call fails with ``dcmi module initialize failed. ret is -8005``.
 ``link_down``        ``[5]``: ``hccn_tool -i 5 -link -g`` → DOWN, ``-net_health`` → Fault, ``-ping`` all lost.
 ``net_health``       ``{"2": "Receive timeout"}``: forced ``-net_health -g`` status.
+``link_slow``        ``{"3": 0.25}``: NPU port 3 carries a quarter of its speed: hccl_test's
+                     ``all_reduce_test`` on NPU 3 (``ascendsim/hccl.py``) reports a quarter of the
+                     bandwidth (``link_down`` makes it fail with HCCL's RoCE error CQE line).
 ``disk_full``        ``true``: every ``.run`` stops at makeself's free-space check ("Not enough space left
                      in ... to decompress ...", exit 1) before writing anything.
 ``installer_crash``  ``{"driver": 40}`` (any component; or ``{"driver": {"percent": 40, "mode": "kill"}}``):
@@ -537,6 +540,12 @@ def _capacity(value: object) -> int:
     return number
 
 
+def _share(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError(f"give the share of the port's speed left, above 0 and at most 1, not {value!r}")
+    return float(value)
+
+
 def _true(value: object) -> bool:
     if value is not True:
         raise ValueError("takes no value (or true)")
@@ -583,6 +592,12 @@ KNOBS: dict[str, Knob] = {
             '\'{"2": "Receive timeout"}\'',
             "forced hccn_tool -i 2 -net_health -g status",
             lambda v: _map(v, _text),
+        ),
+        Knob(
+            "link_slow",
+            "'{\"3\": 0.25}'",
+            "NPU port 3 carries a quarter of its speed (hccl_test's bandwidth follows)",
+            lambda v: _map(v, _share),
         ),
         Knob("disk_full", "", "every .run installer stops at its free-space check", _true, default=True),
         Knob(

@@ -1,14 +1,17 @@
-"""``python3 -m ascendsim <tool> [args]``: npu-smi, hccn_tool, npu-exporter, boot, install, uninstall."""
+"""``python3 -m ascendsim <tool> [args]``: npu-smi, hccn_tool, all_reduce_test, mpirun, npu-exporter, boot,
+install, uninstall."""
 
 from __future__ import annotations
 
 import sys
 
-from . import boot, exporter, hccn, installer, npusmi
+from . import boot, exporter, hccl, hccn, installer, npusmi
 
 TOOLS = {
     "npu-smi": npusmi.main,
     "hccn_tool": hccn.main,
+    "all_reduce_test": hccl.main,
+    "mpirun": hccl.mpirun,
     "npu-exporter": exporter.main,
     "boot": boot.main,
     "install": installer.main,

@@ -648,6 +648,8 @@ def install_toolkit(m: dict[str, Any], o: Options, log: Log) -> int:
     log.info(f"Install Ascend-cann-toolkit {v} to {vdir}")
     write(f"{vdir}/lib64/libascendcl.so", SIMULATED)
     write(f"{vdir}/bin/.keep", "")
+    # hccl_test ships as sources the site builds against its MPI (make MPI_HOME=...); here already built
+    write(f"{vdir}/tools/hccl_test/bin/all_reduce_test", python_wrapper("hccl", v), 0o755)
     progress.at(50)
     manifest_path = save_manifest(m, f"{vdir}/{arch}-linux/script", base)
     write(f"{vdir}/{arch}-linux/script/uninstall.sh", uninstall_script(manifest_path), 0o755)
