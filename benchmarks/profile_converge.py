@@ -10,9 +10,10 @@ Each run is timed from outside, with nothing of provision or its checks changed:
 - wall and controller CPU (user + system of provision and every process it started: ansible-playbook, its
   workers, ssh; the nodes' own processes are not in it), and the controller's peak memory (RSS summed over
   that process tree);
-- each Ansible run (converged.yml, site.yml, record.yml) from its events (ansible-runner's job_events of
-  the run directory): its wall, what came before it (provision itself: the inventory, the fingerprints) and
-  Ansible's start before its first task;
+- each Ansible run (verify: converged.yml, apply: site.yml, record: record.yml) from its events
+  (ansible-runner's job_events of the run directory): the time before its first event (provision itself,
+  the inventory and fingerprints, then ansible-playbook's start: imports, plugins), from its first event
+  to its first task (playbook and inventory parsing), and its tasks;
 - per task: its window (first host started to last host done), the controller CPU spent in that window
   (the process tree's CPU sampled every 50 ms: tasks run one after the other on all hosts, in both
   strategies), and the seconds each host spent in it; grouped into fact gathering, templating, the record
@@ -309,9 +310,9 @@ def report(p: Profile, hosts: list[str], top: int) -> None:
     print(f"  {'phase':<44} {'wall s':>7} {'CPU s':>7}")
     for play in p.plays:
         rows = [
-            (f"provision before {play.playbook}.yml", mark, play.start),
-            (f"  Ansible start of {play.playbook}.yml (to first task)", play.start, play.first_task),
-            (f"  {play.playbook}.yml tasks", play.first_task, play.end),
+            (f"to the {play.playbook} run's first event", mark, play.start),
+            ("  its first event to its first task", play.start, play.first_task),
+            ("  its tasks", play.first_task, play.end),
         ]
         for name, a, b in rows:
             print(f"  {name:<44} {b - a:>7.2f} {p.sampler.cpu_between(a, b):>7.2f}")
