@@ -227,16 +227,20 @@ def main() -> None:
         measured = {n: med[("stock", n)] for n in counts if ("stock", n) in med}
         a, b = fit(measured, 5) if measured else (0.0, 0.0)
         for count in counts:
-            if ("stock", count) not in med:
+            if ("stock", count) not in med and measured:
                 modelled[count] = a + b * math.ceil(count / 5)
             cells = []
             for label in labels:
                 if (label, count) in med:
                     cells.append(f"{med[(label, count)]:>9.1f} s {memory[(label, count)] / 2**20:>6.0f} MiB")
+                elif count not in modelled:
+                    cells.append(f"{'not timed':>22}")
                 else:
                     cells.append(f"{'~' + format(modelled[count], '.0f'):>9} s {'model':>10}")
-            stock_t = med.get(("stock", count), modelled.get(count, 0.0))
-            ratios = " ".join(f"{stock_t / med[(label, count)]:.2f}x" for label in labels[:-1])
+            stock_t = med.get(("stock", count), modelled.get(count))
+            ratios = " ".join(
+                f"{stock_t / med[(label, count)]:.2f}x" if stock_t else "-" for label in labels[:-1]
+            )
             ls = loads[count]
             load = f"{statistics.median(ls):.1f} ({min(ls):.1f}-{max(ls):.1f})"
             print(f"{count:>5} " + " ".join(cells) + f"   {ratios}   {load}")
