@@ -149,6 +149,7 @@ def _start_cluster(
     mirror: bool = True,
     boot_timeout: float = BOOT_TIMEOUT_S,
     model_list: str = "910B3",
+    snapshots: Sequence[Any] = (),
 ) -> Cluster:
     """Bring up a cluster (removing a leftover of the same name first), or skip/fail with the reason.
 
@@ -156,6 +157,7 @@ def _start_cluster(
     ``provision_sim.serving.setup.engine_binds()``.
     ``mirror``: serve the local package mirror to the nodes. ``boot_timeout``: seconds until sshd answers.
     ``model_list``: the simulated hardware of each node in turn (``provision sim up --model``).
+    ``snapshots``: start the nodes converged, from these :class:`provision_sim.snapshot.Snapshot` in turn.
     """
     require_sim_host()
     _remove_clusters_of_dead_sessions()
@@ -172,6 +174,7 @@ def _start_cluster(
             mirror=mirror,
             boot_timeout=boot_timeout,
             model_list=model_list,
+            snapshots=snapshots,
         )
     except EnvironmentProblem as exc:  # e.g. mmdebstrap missing to build the base
         reason = str(exc)
@@ -320,6 +323,7 @@ def _factory(request: pytest.FixtureRequest) -> ClusterFactory:
         mirror: bool = True,
         boot_timeout: float = BOOT_TIMEOUT_S,
         model_list: str = "910B3",
+        snapshots: Sequence[Any] = (),
     ) -> Cluster:
         cluster = _start_cluster(
             cluster_name(purpose),
@@ -330,6 +334,7 @@ def _factory(request: pytest.FixtureRequest) -> ClusterFactory:
             mirror=mirror,
             boot_timeout=boot_timeout,
             model_list=model_list,
+            snapshots=snapshots,
         )
         _tear_down_at_end(request, cluster)
         return cluster

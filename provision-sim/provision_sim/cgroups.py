@@ -122,3 +122,24 @@ def _remove_once(machine: str) -> list[Path]:
         with contextlib.suppress(OSError):  # the shared parent, once no node uses it
             os.rmdir(cgroup.parent)
     return left
+
+
+def memory(machine: str) -> tuple[int, int] | None:
+    """(anonymous, page cache) bytes the node's processes hold, from its memory cgroup (v1 ``total_rss`` and
+    ``total_cache``, or cgroup2 ``anon`` and ``file``); None where no memory controller accounts it. Cache
+    of the shared base and snapshot layers is charged to the node that read it first."""
+    for cgroup in node_cgroups(machine):
+        try:
+            text = (cgroup / "memory.stat").read_text()
+        except OSError:
+            continue
+        stat = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                stat[name] = int(value)
+        if "total_rss" in stat:
+            return stat["total_rss"], stat.get("total_cache", 0)
+        if "anon" in stat:
+            return stat["anon"], stat.get("file", 0)
+    return None

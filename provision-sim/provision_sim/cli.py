@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import typer
 
 from provision.cli.console import Console
 from provision.errors import InputError
-from provision_sim import faults, flavours
+from provision_sim import faults, flavours, snapshot
 from provision_sim.cluster import DEFAULT_NAME, POWER_ACTIONS, Cluster
 
 sim_app = typer.Typer(
@@ -44,19 +45,31 @@ def _running_cluster(name: str) -> Cluster:
 @sim_app.command("up")
 def up(
     nodes: int = typer.Option(3, "--nodes", "-n", help="How many nodes."),
-    os_list: str = typer.Option(
-        flavours.DEFAULT_FLAVOUR,
+    os_list: str | None = typer.Option(
+        None,
         "--os",
-        help=f"Node OS: {', '.join(flavours.FLAVOURS)}; a comma list is used in turn (mixed cluster).",
+        help=f"Node OS: {', '.join(flavours.FLAVOURS)}; a comma list is used in turn (mixed cluster). "
+        f"Default {flavours.DEFAULT_FLAVOUR}.",
     ),
-    npus: int = typer.Option(
-        8, "--npus", help="Simulated NPU chips per node (an Atlas A3 has 16: 8 NPUs x 2, a 300I Duo card 2)."
+    npus: int | None = typer.Option(
+        None,
+        "--npus",
+        help="Simulated NPU chips per node (an Atlas A3 has 16: 8 NPUs x 2, a 300I Duo card 2). Default 8.",
     ),
-    model: str = typer.Option(
-        "910b3",
+    model: str | None = typer.Option(
+        None,
         "--model",
         help="NPU model: 910b1..910b4 (Atlas A2), 910_93 (Atlas A3), 310p3 (Atlas 300I Duo); "
-        "a comma list is used in turn (mixed cluster).",
+        "a comma list is used in turn (mixed cluster). Default 910b3.",
+    ),
+    from_snapshot: str | None = typer.Option(
+        None,
+        "--from-snapshot",
+        metavar="DIR[,DIR...]",
+        help="Start every node already converged: as the node `provision sim snapshot` kept in DIR, with its "
+        "own identity (host key, machine-id, address, NPU serials); a comma list is used in turn. OS, model, "
+        "chip count and subnet are the snapshot's. The nodes have no record yet: the first `provision apply` "
+        "runs site.yml (changing nothing) and records them.",
     ),
     bind_ro: list[str] = typer.Option(
         [],
@@ -77,6 +90,13 @@ def up(
     """Boot a simulated cluster and write its inventory."""
     out = Console.for_stream()
     err = Console.for_stream(sys.stderr)
+    stamps = snapshot.parse_list(from_snapshot) if from_snapshot is not None else []
+    if stamps:
+        given = [flag for flag, value in (("--os", os_list), ("--model", model), ("--npus", npus)) if value]
+        if given:
+            raise InputError(
+                f"--from-snapshot takes OS, model and chip count from the snapshot: drop {given[0]}"
+            )
     binds = list(bind_ro)
     if serve:
         from provision_sim.serving import vllm_cpu as engine
@@ -86,7 +106,14 @@ def up(
         err.status(f"vLLM CPU engine: {report.summary()}")
         binds += [bind for bind in engine_binds() if bind not in binds]
     cluster = Cluster.up(
-        name, nodes=nodes, os_list=os_list, npus=npus, progress=err.status, binds=binds, model_list=model
+        name,
+        nodes=nodes,
+        os_list=os_list or flavours.DEFAULT_FLAVOUR,
+        npus=8 if npus is None else npus,
+        progress=err.status,
+        binds=binds,
+        model_list=model or "910b3",
+        snapshots=stamps,
     )
     if serve:
         from provision_sim.serving.setup import serving_group_vars, write_api_key
@@ -105,6 +132,24 @@ def up(
     out.line(f"inventory: {cluster.inventory_path}")
     if cluster.mirror_url:
         out.line(f"local mirror: {cluster.mirror_url} (variables in {cluster.group_vars_path})")
+
+
+@sim_app.command("snapshot")
+def take_snapshot(
+    node: str = typer.Argument(..., help="A converged node, e.g. node1."),
+    dest: Path = typer.Argument(..., help="Folder to create for the snapshot (must not exist)."),
+    name: str = NAME_OPTION,
+) -> None:
+    """Keep a converged node for `sim up --from-snapshot`: it powers off cleanly, its files are copied to
+    DEST (less its identity and its record), and it boots again."""
+    cluster = _running_cluster(name)
+    started = time.monotonic()
+    snap = cluster.snapshot(node, dest.resolve())
+    size = snapshot.size_bytes(snap.path) / 2**20
+    Console.for_stream().line(
+        f"{node} ({snap.flavour}, {snap.model}, {snap.npus} chips) kept in {snap.path}: {size:.0f} MiB, "
+        f"in {time.monotonic() - started:.1f} s"
+    )
 
 
 @sim_app.command("status")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError, ProvisionError
-from provision_sim import flavours, network, nodes, rootfs
+from provision_sim import flavours, network, nodes, rootfs, snapshot
 from provision_sim.mirror import repos
 from provision_sim.network import Subnet
 from provision_sim.nodes import Node
@@ -194,21 +194,31 @@ class Cluster:
         mirror: bool = True,
         binds: Sequence[str] = (),
         model_list: str = "910B3",
+        snapshots: Sequence[snapshot.Snapshot] = (),
     ) -> Cluster:
         """Build the base if needed, then create, boot and wait for ``nodes`` nodes (sshd answering).
 
         ``os_list`` is one flavour or a comma list used in turn (see :func:`flavours.parse_os_list`).
         With ``mirror`` the local mirror (built once, cached) is served to the nodes and its URLs are
         written to ``group_vars/npu_nodes.yml``. ``binds`` (``SRC`` or ``SRC:DST``, see :func:`check_bind`)
-        are mounted read-only into every node. On any failure everything created so far is removed again.
+        are mounted read-only into every node. With ``snapshots`` (:mod:`provision_sim.snapshot`, used in
+        turn) every node starts as the converged node a snapshot was taken of, with its own identity; its
+        flavour, NPU model and chip count and the cluster's subnet are the snapshot's, not ``os_list``,
+        ``model_list`` and ``npus``. On any failure everything created so far is removed again.
         """
         check_name(name)
         if not 1 <= nodes <= network.MAX_NODES:
             raise InputError(f"--nodes must be between 1 and {network.MAX_NODES}, not {nodes}")
+        stamps = [snapshots[i % len(snapshots)] for i in range(nodes)] if snapshots else []
+        if stamps:
+            npus = stamps[0].npus
+            node_flavours = [flavours.FLAVOURS[stamp.flavour] for stamp in stamps]
+            node_models = [stamp.model for stamp in stamps]
         if not 1 <= npus <= MAX_NPUS:
             raise InputError(f"--npus must be between 1 and {MAX_NPUS}, not {npus}")
-        node_flavours = flavours.parse_os_list(os_list, nodes)
-        node_models = _parse_models(model_list, nodes, npus)
+        if not stamps:
+            node_flavours = flavours.parse_os_list(os_list, nodes)
+            node_models = _parse_models(model_list, nodes, npus)
         bind_mounts = tuple(check_bind(bind) for bind in binds)
         require_host()
         folder = (root or state_root()) / name
@@ -219,12 +229,14 @@ class Cluster:
 
         started = time.monotonic()
         base = rootfs.ensure_base(cache, progress)
+        snapshot.check_base(list(snapshots), base)
         mirror_root = repos.ensure_mirror(cache, progress) if mirror else None
         timings = {"base": time.monotonic() - started}
 
         mark = time.monotonic()
         with locked(NETWORK_LOCK):
-            subnet = network.allocate_subnet(_subnets_in_use(folder.parent))
+            wanted = snapshots[0].subnet if snapshots else None
+            subnet = network.allocate_subnet(_subnets_in_use(folder.parent), wanted)
             cluster = cls(
                 name=name,
                 dir=folder,
@@ -240,6 +252,7 @@ class Cluster:
                         npus=npus,
                         dir=folder / "nodes" / f"node{number}",
                         model=node_models[number - 1],
+                        layers=(str(stamps[number - 1].layer),) if stamps else (),
                     )
                     for number, flavour in enumerate(node_flavours, start=1)
                 ],
@@ -264,6 +277,8 @@ class Cluster:
             timings["network"] = time.monotonic() - mark
 
             mark = time.monotonic()
+            for node, stamp in zip(cluster.nodes, stamps, strict=False):
+                snapshot.stamp_disks(stamp, node.dir / "disks")
             cluster._create_nodes()
             timings["start"] = time.monotonic() - mark
 
@@ -408,6 +423,33 @@ class Cluster:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
+
+    def snapshot(self, name: str, dest: Path) -> snapshot.Snapshot:
+        """Keep node ``name`` as it is now in ``dest`` (:mod:`provision_sim.snapshot`): it is powered off
+        cleanly for the copy, so no file is caught half-written, and booted again."""
+        node = self.node(name)
+        if node.layers:
+            raise InputError(
+                f"{name} was itself stamped from a snapshot: take the snapshot of a converged node"
+            )
+        if dest.exists():
+            raise InputError(f"snapshot folder {dest} already exists: remove it or choose another")
+        meta = snapshot.Snapshot(
+            path=dest,
+            base=self.base,
+            subnet=self.subnet.index,
+            flavour=node.flavour,
+            model=node.model,
+            npus=node.npus,
+            source=f"{self.name}/{node.name}",
+            taken_at=snapshot.now(),
+        )
+        self.power_off(name)
+        try:
+            nodes.unmount(node)  # the upper layer is read while no overlayfs holds it
+            return snapshot.take(node_upper=node.upper, node_disks=node.dir / "disks", dest=dest, meta=meta)
+        finally:
+            self.power_on(name)
 
     # -- what users see ---------------------------------------------------------------------------------
 

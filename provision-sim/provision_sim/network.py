@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.errors import ProvisionError
+from provision.errors import InputError, ProvisionError
 from provision_sim.system import run
 
 NETNS_DIR = Path("/run/netns")
@@ -66,8 +66,9 @@ class Subnet:
         return f"10.200.{self.index}.{FIRST_NODE_HOST + number - 1}"
 
 
-def allocate_subnet(reserved: set[int]) -> Subnet:
-    """The first 10.200.K.0/24 neither ``reserved`` nor already routed on this host."""
+def allocate_subnet(reserved: set[int], wanted: int | None = None) -> Subnet:
+    """The first 10.200.K.0/24 neither ``reserved`` nor already routed on this host; with ``wanted``, that
+    one or an :class:`InputError` saying it is taken."""
     routes = json.loads(run(["ip", "-json", "-4", "route", "show", "table", "all"]).stdout or "[]")
     used = set(reserved)
     for route in routes:
@@ -80,6 +81,13 @@ def allocate_subnet(reserved: set[int]) -> Subnet:
         for index in range(256):
             if network.overlaps(ipaddress.ip_network(f"10.200.{index}.0/24")):
                 used.add(index)
+    if wanted is not None:
+        if wanted in used:
+            raise InputError(
+                f"subnet 10.200.{wanted}.0/24 is in use (another simulated cluster?): a cluster stamped from "
+                "a snapshot takes the subnet of the cluster it was taken on; bring that one down first"
+            )
+        return Subnet(wanted)
     for index in range(256):
         if index not in used:
             return Subnet(index)

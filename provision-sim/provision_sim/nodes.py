@@ -58,6 +58,9 @@ class Node:
     dir: Path
     model: str = "910B3"
     """The simulated NPUs' npu-smi Name (``910B3``, ``Ascend910`` = Atlas A3, ``310P3`` = Atlas 300I Duo)."""
+    layers: tuple[str, ...] = ()
+    """Read-only layers between the node's own and the base rootfs, top first: a converged node's snapshot
+    (:mod:`provision_sim.snapshot`)."""
 
     @property
     def netns(self) -> str:
@@ -117,6 +120,7 @@ class Node:
             "ip": self.ip,
             "npus": self.npus,
             "model": self.model,
+            "layers": list(self.layers),
         }
 
     @classmethod
@@ -131,6 +135,7 @@ class Node:
             npus=int(data["npus"]),
             dir=cluster_dir / "nodes" / name,
             model=str(data.get("model", "910B3")),
+            layers=tuple(str(layer) for layer in data.get("layers", [])),
         )
 
 
@@ -168,9 +173,11 @@ def prepare(node: Node, base: Path, *, host_key: KeyPair, authorized_key: str, h
 
 
 def mount(node: Node, base: Path) -> None:
-    """Mount the node's root: the shared base (read-only) under the node's own changes."""
-    options = f"lowerdir={base},upperdir={node.upper},workdir={node.work}"
-    if any(char in str(path) for path in (base, node.dir) for char in ",:"):
+    """Mount the node's root: the shared base (read-only), and a snapshot's layer where the node has one,
+    under the node's own changes."""
+    lower = ":".join([*node.layers, str(base)])
+    options = f"lowerdir={lower},upperdir={node.upper},workdir={node.work}"
+    if any(char in str(path) for path in (base, node.dir, *node.layers) for char in ",:"):
         raise ProvisionError(f"paths for overlayfs must not contain ',' or ':': {options}")
     run(["mount", "-t", "overlay", "overlay", "-o", options, str(node.root)])
 
