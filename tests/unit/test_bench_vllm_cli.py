@@ -156,6 +156,8 @@ def test_custom_dataset_sends_each_prompt_as_written(
         "5",
         "--no-oversample",
         "--disable-shuffle",
+        "--max-concurrency",  # one request at a time: the stub sees them in the order they were sent
+        "1",
         "--json",
     ]
     code, out, err = run(args, monkeypatch, capsys)
