@@ -186,6 +186,7 @@ def test_npu_power_rises_with_the_load_of_the_process_that_holds_it(
         [sys.executable, "-c", started + "import time; time.sleep(60)"], stdout=subprocess.PIPE
     )
     busy = subprocess.Popen([sys.executable, "-c", started + "while True: pass"], stdout=subprocess.PIPE)
+    _ahead_of_other_work(busy)
     try:
         for process in (idle, busy):  # up and running: the interpreter's start-up is not the load measured
             assert process.stdout is not None and process.stdout.readline() == b"started\n"
@@ -199,6 +200,13 @@ def test_npu_power_rises_with_the_load_of_the_process_that_holds_it(
     assert at_idle == idle_w
     cpus = len(os.sched_getaffinity(0))
     assert idle_w + 10.0 < at_load <= idle_w + npusmi.LOAD_W / cpus + 1.0
+
+
+def _ahead_of_other_work(process: subprocess.Popen[bytes]) -> None:
+    """The busy holder gets its core even while other work loads the machine (as root: nice -15), so the
+    share measured is the one the test asks for; on a machine at load 40 it was seen getting 1 %."""
+    if os.geteuid() == 0:
+        os.setpriority(os.PRIO_PROCESS, process.pid, -15)
 
 
 def _utilisation_of_chip_5(holder: subprocess.Popen[bytes]) -> tuple[int | None, int | None, float]:
@@ -225,6 +233,7 @@ def test_npu_utilisation_follows_the_load_of_the_process_that_holds_it(
         [sys.executable, "-c", started + "import time; time.sleep(60)"], stdout=subprocess.PIPE
     )
     busy = subprocess.Popen([sys.executable, "-c", started + "while True: pass"], stdout=subprocess.PIPE)
+    _ahead_of_other_work(busy)
     try:
         for process in (idle, busy):
             assert process.stdout is not None and process.stdout.readline() == b"started\n"
