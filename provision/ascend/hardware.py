@@ -56,6 +56,8 @@ class HardwareModel(_Frozen):
     cann_kernels_run: str
     base_image_tag: str
     serving_image_suffix: str
+    k8s_resource: str
+    """The extended resource the Kubernetes device plugin advertises for one chip of this line."""
 
     @property
     def chip_count(self) -> int:

@@ -21,6 +21,7 @@ VERBS = (
     "plan",
     "apply",
     "serve",
+    "k8s",
     "doctor",
     "bench",
     "image",
