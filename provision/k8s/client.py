@@ -144,7 +144,13 @@ def _tls(config: Config) -> Iterator[ssl.SSLContext | bool]:
     if config.insecure:
         yield False
         return
-    context = ssl.create_default_context(cafile=config.ca_file, cadata=config.ca_data)
+    try:
+        context = ssl.create_default_context(cafile=config.ca_file, cadata=config.ca_data)
+    except (OSError, ssl.SSLError) as exc:
+        raise InputError(
+            f"{config.source}: certificate-authority{'' if config.ca_file else '-data'} "
+            f"{config.ca_file or ''}: {exc.strerror or exc}"
+        ) from None
     if config.cert_file or config.cert_data:
         with tempfile.TemporaryDirectory(prefix="provision-k8s-") as folder:
             cert, key = config.cert_file, config.key_file
@@ -155,7 +161,12 @@ def _tls(config: Config) -> Iterator[ssl.SSLContext | bool]:
                 key = os.path.join(folder, "key.pem")
                 Path(key).write_bytes(config.key_data)
                 os.chmod(key, 0o600)
-            context.load_cert_chain(str(cert), key)
+            try:
+                context.load_cert_chain(str(cert), key)
+            except (OSError, ssl.SSLError) as exc:
+                raise InputError(
+                    f"{config.source}: client-certificate/client-key: {exc.strerror or exc}"
+                ) from None
         # loaded into the context: the files may go
     yield context
 
