@@ -347,7 +347,8 @@ def worker_args(pool: Pool) -> tuple[list[str], list[str]]:
     at = args.index("--data-parallel-start-rank")
     step = int(args[at + 1])  # worker 1's start rank: the ranks each node holds
     rest = args[:at] + args[at + 2 :]
-    script = f'exec "$@" --data-parallel-start-rank $(( {WORKER_INDEX} * {step} ))'
+    # $$: the kubelet reduces it to $, and never reads the shell's $(( )) as one of its $(VAR) references.
+    script = f'exec "$@" --data-parallel-start-rank $$(( {WORKER_INDEX} * {step} ))'
     return ["/bin/sh", "-c", script, "sh"], [*command, *rest]
 
 

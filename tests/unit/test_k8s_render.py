@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,35 @@ def test_multinode_group_is_one_leaderworkerset_with_a_headless_worker() -> None
         ]
         == "0"
     )
+
+
+def test_larger_group_computes_the_start_rank_from_the_worker_index(tmp_path: Path) -> None:
+    site = tmp_path / "four"
+    shutil.copytree(DEEPSEEK.parent, site)
+    hosts = "".join(f"atlas-a0{n} ansible_host=192.0.2.1{n}\n" for n in range(1, 5))
+    (site / "inventory.ini").write_text(f"[npu_nodes]\n{hosts}", encoding="utf-8")
+    group_vars = site / "group_vars" / "npu_nodes.yml"
+    text = group_vars.read_text(encoding="utf-8").replace("deepseek-r1-w8a8-2node", "r1-4node")
+    group_vars.write_text(
+        text + "vllm_serve_profiles:\n  r1-4node:\n    model: /data/models/DeepSeek-R1-W8A8\n"
+        "    served_model_name: deepseek-r1\n    nodes: 4\n    tensor_parallel_size: 4\n"
+        "    data_parallel_size: 8\n    data_parallel_size_local: 2\n    enable_expert_parallel: true\n",
+        encoding="utf-8",
+    )
+    lws = _by_kind(_render(site / "inventory.ini"), "LeaderWorkerSet")["vllm-r1"]
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 4
+    worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert "--data-parallel-start-rank" not in worker["args"] and "--headless" in worker["args"]
+    # What the container runs once the kubelet has reduced $$ to $: worker 3 holds ranks 6 and 7.
+    argv = [word.replace("$$", "$") for word in worker["command"]]
+    done = subprocess.run(
+        [*argv, "echo", *worker["args"][-2:]],
+        env={"LWS_WORKER_INDEX": "3", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == [*worker["args"][-2:], "--data-parallel-start-rank", "6"]
 
 
 # --------------------------------------------------------------------------------------------- probes
