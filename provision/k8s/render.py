@@ -163,6 +163,16 @@ def _pool(inventory: Inventory, name: str, found: list[tuple[HostPlan, PoolPlan]
             raise refuse(
                 host.host, "profile", "a ray multi-node group is not rendered (native data parallelism only)"
             )
+        host_vars = inventory.hosts.get(host.host, {})
+        if "vllm_serve_api_key" not in host_vars and not _allowed_open(host_vars):
+            # The pod binds every interface of its network: the house's listener rule, without its
+            # loopback exception (provision.inventory.listen).
+            raise refuse(
+                host.host,
+                "vllm_serve_api_key",
+                "not set, and a pod's engine listens beyond loopback; `provision serve key` makes one "
+                "(put it in the Secret too), or set vllm_serve_allow_unauthenticated: true",
+            )
     heads = [pool for _, pool in found if pool.start != "worker"]
     workers = [pool for _, pool in found if pool.start == "worker"]
     head = heads[0]
@@ -177,6 +187,13 @@ def _pool(inventory: Inventory, name: str, found: list[tuple[HostPlan, PoolPlan]
         api_key="vllm_serve_api_key" in variables,
         drain_timeout_s=float(role_value(variables, "vllm_serve_drain_timeout_s", "vllm_serve") or 0),
     )
+
+
+def _allowed_open(variables: Mapping[str, Any]) -> bool:
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    value = role_value(variables, "vllm_serve_allow_unauthenticated", "vllm_serve")
+    return bool(boolean(value, strict=False)) if value is not None else False
 
 
 def _resource(inventory: Inventory, host: str, variables: Mapping[str, Any]) -> str:

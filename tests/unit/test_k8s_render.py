@@ -390,6 +390,26 @@ def test_bad_input_exits_2_naming_what(
     assert "Traceback" not in err
 
 
+def test_an_open_engine_is_refused_unless_the_inventory_accepts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = _copy(tmp_path, "")
+    group_vars = inventory.parent / "group_vars" / "npu_nodes.yml"
+    text = "\n".join(
+        line
+        for line in group_vars.read_text(encoding="utf-8").splitlines()
+        if "vllm_serve_api_key" not in line
+    )
+    group_vars.write_text(text + "\nvllm_serve_bind_host: 127.0.0.1\n", encoding="utf-8")
+    assert run_cli(["k8s", "render", str(inventory)], monkeypatch) == 2
+    assert "host atlas-a01, pool chat, vllm_serve_api_key: not set" in capsys.readouterr().err
+    group_vars.write_text(text + "\nvllm_serve_allow_unauthenticated: true\n", encoding="utf-8")
+    assert run_cli(["k8s", "render", str(inventory), "--json"], monkeypatch) == 0
+    pods = json.loads(capsys.readouterr().out)["items"]
+    env = [item["name"] for item in pods[0]["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert "VLLM_API_KEY" not in env
+
+
 def test_replicas_of_a_pool_must_be_alike(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
