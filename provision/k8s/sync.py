@@ -39,7 +39,7 @@ _HINTS = {
 
 @dataclass
 class Outcome:
-    objects: list[dict[str, str]] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)
     """``{"object": "Deployment/vllm-chat", "state": "created|changed|unchanged|...", "diff": [...]}``"""
     stale: list[str] = field(default_factory=list)
     pruned: bool = False
@@ -120,7 +120,7 @@ def diff(client: Client, objects: Sequence[Mapping[str, Any]]) -> Outcome:
         planned = client.apply(obj, dry_run=True)
         changed = differences(_comparable(current), _comparable(planned))
         state = "create" if current is None else ("change" if changed else "unchanged")
-        outcome.objects.append({"object": describe(obj), "state": state, "diff": changed if current else []})  # type: ignore[dict-item]
+        outcome.objects.append({"object": describe(obj), "state": state, "diff": changed if current else []})
     outcome.stale = [describe(found) for found in stale(client, objects)]
     return outcome
 
