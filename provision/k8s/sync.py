@@ -10,12 +10,13 @@ inventory no longer renders (a pool removed) are named, and deleted only with ``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from provision.errors import InputError
-from provision.k8s.client import Client, describe
+from provision.k8s.client import FIELD_MANAGER, Client, describe
 from provision.k8s.render import LABEL_MANAGED, MANAGED_BY
 
 # Fields the server writes: not part of what the inventory decides.
@@ -110,15 +111,62 @@ def differences(before: Any, after: Any, path: str = "") -> list[str]:
     return [] if before == after else [path or "."]
 
 
+def owned_fields(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The fields (``fieldsV1``) the field manager ``provision`` owns in ``obj``."""
+    out: dict[str, Any] = {}
+    for entry in (obj or {}).get("metadata", {}).get("managedFields") or []:
+        if entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply":
+            out = _merge(out, entry.get("fieldsV1") or {})
+    return out
+
+
+def _merge(one: Mapping[str, Any], two: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(one)
+    for key, value in two.items():
+        out[key] = _merge(out.get(key) or {}, value) if isinstance(value, Mapping) else value
+    return out
+
+
+def project(value: Any, fields: Mapping[str, Any]) -> Any:
+    """``value`` cut down to ``fields`` (server-side apply's ``fieldsV1`` trie: ``f:`` a field, ``k:`` a
+    list item by its keys, ``v:`` a set member, ``.`` the value itself)."""
+    if not fields or set(fields) == {"."}:
+        return value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, sub in fields.items():
+            if key.startswith("f:") and key[2:] in value:
+                out[key[2:]] = project(value[key[2:]], sub)
+        return out
+    if isinstance(value, list):
+        items: list[Any] = []
+        for key, sub in fields.items():
+            if key.startswith("k:"):
+                wanted = json.loads(key[2:])
+                match = [
+                    i
+                    for i in value
+                    if isinstance(i, Mapping) and all(i.get(k) == v for k, v in wanted.items())
+                ]
+                items.append([project(i, sub) for i in match])
+            elif key.startswith("v:"):
+                items.append(json.loads(key[2:]) in value)
+        return items
+    return value
+
+
 def diff(client: Client, objects: Sequence[Mapping[str, Any]]) -> Outcome:
-    """What ``apply`` would do: each object's state with the paths that would change (a server-side
-    dry-run apply, so defaults and merges are the server's), and the stale objects."""
+    """What ``apply`` would do: each object's state with the paths that would change, and the stale
+    objects. The change is a server-side dry-run apply (defaults and merges the server's) compared with
+    the live object on the fields ``provision`` owns before or after: what other managers and the server
+    write (an autoscaler's replicas, an allocated cluster IP, status) is theirs, not a change of ours."""
     check_served(client, objects)
     outcome = Outcome()
     for obj in objects:
         current = client.get(obj)
         planned = client.apply(obj, dry_run=True)
-        changed = differences(_comparable(current), _comparable(planned))
+        owned = _merge(owned_fields(current), owned_fields(planned))
+        changed = differences(project(_comparable(current), owned), project(_comparable(planned), owned))
         state = "create" if current is None else ("change" if changed else "unchanged")
         outcome.objects.append({"object": describe(obj), "state": state, "diff": changed if current else []})
     outcome.stale = [describe(found) for found in stale(client, objects)]

@@ -12,7 +12,7 @@ import yaml
 
 from provision.errors import InputError
 from provision.k8s.client import kubeconfig_path, load_config, path_of
-from provision.k8s.sync import differences
+from provision.k8s.sync import differences, project
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.unit
@@ -148,3 +148,27 @@ def test_differences_name_the_changed_paths() -> None:
     after = {"spec": {"replicas": 2, "ports": [{"port": 8001}], "same": "x", "new": True}}
     assert differences(before, after) == ["spec.new", "spec.ports[0].port", "spec.replicas"]
     assert differences(before, before) == []
+
+
+def test_projection_keeps_only_the_fields_provision_owns() -> None:
+    live = {
+        "spec": {
+            "replicas": 3,  # the autoscaler's
+            "clusterIP": "10.0.0.7",  # the server's
+            "ports": [{"name": "http", "port": 8000, "protocol": "TCP", "nodePort": 30001}],
+            "finalizers": ["a", "b"],
+        }
+    }
+    owned = {
+        "f:spec": {
+            "f:ports": {'k:{"port":8000,"protocol":"TCP"}': {".": {}, "f:name": {}, "f:port": {}}},
+            "f:finalizers": {'v:"a"': {}},
+        }
+    }
+    assert project(live, owned) == {
+        "spec": {"ports": [[{"name": "http", "port": 8000}]], "finalizers": [True]}
+    }
+    changed = {**live, "spec": {**live["spec"], "replicas": 1, "clusterIP": "10.0.0.9"}}
+    assert differences(project(live, owned), project(changed, owned)) == []
+    moved = {**live, "spec": {**live["spec"], "ports": [{"name": "http", "port": 8001, "protocol": "TCP"}]}}
+    assert differences(project(live, owned), project(moved, owned)) == ["spec.ports[0]"]
