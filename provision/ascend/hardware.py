@@ -58,6 +58,8 @@ class HardwareModel(_Frozen):
     serving_image_suffix: str
     npu_port_gbps: float | None = Field(default=None, gt=0)
     """Nominal speed of one NPU network port (Gbit/s); None where no public figure exists."""
+    k8s_resource: str
+    """The extended resource the Kubernetes device plugin advertises for one chip of this line."""
 
     @property
     def chip_count(self) -> int:

@@ -22,6 +22,7 @@ VERBS = (
     "plan",
     "apply",
     "serve",
+    "k8s",
     "doctor",
     "bench",
     "image",

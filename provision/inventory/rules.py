@@ -43,6 +43,12 @@ PLAIN_PATH = re.compile(r"/[A-Za-z0-9._+/-]*")
 LIBRARY_LIST = re.compile(r"[A-Za-z0-9._+/-]+(?:[ :][A-Za-z0-9._+/-]+)*")
 """``LD_PRELOAD``'s value: library names or paths, separated by spaces or colons (ld.so(8)); vllm-ascend's
 image sets ``LD_PRELOAD=libjemalloc.so.2`` (FACTS.md §2), so it is allowed, but only as such a list."""
+K8S_RESOURCE = re.compile(
+    r"(?=[^/]{1,253}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+"""An extended resource a Kubernetes device plugin advertises (``huawei.com/Ascend910``): a DNS-subdomain
+prefix, ``/``, a name of at most 63 characters (Kubernetes' qualified name), as a pod's limits key."""
 
 NAMES = {
     "pool": (POOL_NAME, "lower case letters, digits and '-', starting with a letter, at most 31 (chat)"),
@@ -51,6 +57,10 @@ NAMES = {
     "served_model_name": (
         SERVED_MODEL_NAME,
         "letters, digits and . _ / : + -, at most 128 (deepseek-ai/DeepSeek-R1)",
+    ),
+    "k8s_resource": (
+        K8S_RESOURCE,
+        "a domain, '/', then letters, digits, '-', '_' and '.', at most 63 (huawei.com/Ascend910)",
     ),
 }
 

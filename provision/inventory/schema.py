@@ -397,6 +397,9 @@ class HostSettings(BaseModel):
     provision_mirror_url: Url | None = None
     # Shown next to every J/token measured on this host's NPUs (`provision bench`), e.g. "simulated".
     provision_power_label: Annotated[str, BeforeValidator(_text), Field(min_length=1)] | None = None
+    # The device plugin's resource for this node's NPUs in `provision k8s render` (CCE, HAMi: their own);
+    # default: the NPU line's in provision/data/hardware.yml.
+    provision_k8s_npu_resource: Annotated[str, _name("k8s_resource")] | None = None
     ascend_npu_count: Annotated[int, Field(ge=1, le=16)] = 8
     ascend_driver_version: DriverVersion | None = None
     ascend_driver_firmware_version: FirmwareVersion | None = None

@@ -167,6 +167,18 @@ def contain(
 
 
 @dataclass(frozen=True)
+class Addresses:
+    """Where a plan's node-specific addresses come from when it runs in a pod rather than on the node: the
+    address the API binds, the node's own address (``HCCL_IF_IP``) and its group head's
+    (``--data-parallel-address``). Values may be Kubernetes ``$(VAR)`` references, which the kubelet
+    expands in a container's args and env."""
+
+    bind_host: str
+    node_ip: str
+    head_address: str
+
+
+@dataclass(frozen=True)
 class HostPlan:
     host: str
     mode: str
@@ -331,9 +343,12 @@ def _role_file(name: str) -> dict[str, Any]:
     return dict(data)
 
 
-def serving_plan(inventory: Inventory, target: str | None = None) -> ServingPlan:
+def serving_plan(
+    inventory: Inventory, target: str | None = None, addresses: Addresses | None = None
+) -> ServingPlan:
     """The plan of the hosts of ``npu_nodes`` (``target``: ``HOST`` or ``HOST/POOL``), from the inventory
-    alone: what only the node knows is named in each pool's ``notes``."""
+    alone: what only the node knows is named in each pool's ``notes``. ``addresses``: the pod's, in place
+    of the node's (``provision k8s render``)."""
     hosts = inventory.group_hosts(HOST_GROUP)
     host_name, _, pool_name = (target or "").partition("/")
     if host_name and host_name not in hosts:
@@ -344,7 +359,7 @@ def serving_plan(inventory: Inventory, target: str | None = None) -> ServingPlan
     for host in hosts:
         if host_name and host != host_name:
             continue
-        found = host_plan(host, inventory.hosts.get(host, {}), groups)
+        found = host_plan(host, inventory.hosts.get(host, {}), groups, addresses)
         found = replace(
             found,
             pools=[
@@ -383,9 +398,12 @@ def _rank_tables(inventory: Inventory, groups: Sequence[Any]) -> dict[str, dict[
     return out
 
 
-def host_plan(host: str, variables: Mapping[str, Any], groups: Sequence[Any] = ()) -> HostPlan:
+def host_plan(
+    host: str, variables: Mapping[str, Any], groups: Sequence[Any] = (), addresses: Addresses | None = None
+) -> HostPlan:
     """One host's plan from its inventory variables over the role's defaults (``groups``: the
-    inventory's serving groups, :func:`provision.inventory.groups.serving_groups_of`)."""
+    inventory's serving groups, :func:`provision.inventory.groups.serving_groups_of`; ``addresses``: a
+    pod's, see :class:`Addresses`)."""
 
     def var(name: str) -> Any:
         return role_value(variables, name, "vllm_serve")
@@ -393,12 +411,17 @@ def host_plan(host: str, variables: Mapping[str, Any], groups: Sequence[Any] = (
     mode = str(var("vllm_serve_mode") or "container")
     budget_default = var("vllm_serve_load_budget_s")
     address = str(variables.get("ansible_host") or host)
+    bind_host = str(var("vllm_serve_bind_host") or management_address(address))  # the role's default
+    if addresses is not None:
+        address, bind_host = addresses.node_ip, addresses.bind_host
     # The same places the HCCN gate hands the role (hccn_gate_ranks), without the interface it finds.
     ranks = host_ranks([group_dict(group) for group in groups], host, node_ip=address)
+    if addresses is not None:
+        ranks = {pool: {**place, "head_address": addresses.head_address} for pool, place in ranks.items()}
     found = pool_plans(
         [p for p in plain(variables.get("npu_pools_list") or []) if isinstance(p, Mapping)],
         var("vllm_serve_profiles") or {},
-        host=str(var("vllm_serve_bind_host") or management_address(address)),  # the role's default
+        host=bind_host,
         extra_env=var("vllm_serve_env") or {},
         ranks=ranks,
         default_budget_s=float(budget_default) if budget_default else None,
