@@ -44,7 +44,7 @@ def _running_cluster(name: str) -> Cluster:
 
 @sim_app.command("up")
 def up(
-    nodes: int = typer.Option(3, "--nodes", "-n", help="How many nodes."),
+    nodes: int = typer.Option(3, "--nodes", help="How many nodes."),
     os_list: str | None = typer.Option(
         None,
         "--os",
