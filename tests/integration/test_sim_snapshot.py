@@ -16,6 +16,7 @@ its two applies.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,7 +47,12 @@ def test_nodes_stamped_from_a_snapshot_are_converged_each_with_its_own_identity(
     seed_key = seed.known_hosts.read_text().split()[2]
     seed_identity = identity(seed, "node1")
     snap = seed.snapshot("node1", tmp_path / "oe")
-    assert seed.status()[0].state == "running"  # booted again after the copy
+    # booted again after the copy: the snapshot starts it and returns; on a loaded machine it may still be
+    # booting for a while
+    deadline = time.monotonic() + 180
+    while seed.status()[0].state == "booting" and time.monotonic() < deadline:
+        time.sleep(2)
+    assert seed.status()[0].state == "running"
     seed.down()
 
     fleet = sim_cluster_factory("stamped", nodes=3, os_list="openeuler-22.03", snapshots=[snap])
