@@ -152,6 +152,15 @@ def take_snapshot(
     )
 
 
+@sim_app.command("mpi")
+def mpi(name: str = NAME_OPTION) -> None:
+    """Prepare the nodes for hccl_test as a site does: MPICH's mpirun on every node (simulated) and
+    passwordless root SSH between them, so the HCCN gate measures the links between a group's NPUs."""
+    cluster = _running_cluster(name)
+    prepared = cluster.install_mpi()
+    Console.for_stream().line(f"mpirun and root SSH between the nodes: {', '.join(prepared)}")
+
+
 @sim_app.command("status")
 def status(
     name: str = NAME_OPTION,

@@ -331,6 +331,47 @@ class Cluster:
         for node in self.nodes:
             nodes.start(node, self.binds)
 
+    def install_mpi(self) -> list[str]:
+        """What a site prepares before hccl_test (``provision sim mpi``): MPICH's ``mpirun`` on every node
+        (the hardware simulator's, which starts the other ranks over ssh as MPICH's Hydra does) and
+        passwordless root SSH between the nodes: one key pair for the cluster (kept in its folder, so a
+        second call changes nothing), every node's host key known. Returns the nodes prepared."""
+        hardware = nodes.hardware_module()
+        script: Callable[[], str] | None = getattr(hardware, "mpirun_script", None)
+        where: str | None = getattr(hardware, "MPIRUN", None)
+        if script is None or where is None:
+            raise ProvisionError("this cluster's hardware simulator has no mpirun")
+        key_file = self.dir / "mpi_ed25519"
+        if not key_file.exists():
+            pair = nodes.new_key_pair(f"root@{self.name}-mpi")
+            key_file.write_text(pair.private_openssh)
+            key_file.chmod(0o600)
+            key_file.with_suffix(".pub").write_text(pair.public_line + "\n")
+        private = key_file.read_text()
+        public = key_file.with_suffix(".pub").read_text().strip()
+        known = self.known_hosts.read_text()
+        done = []
+        for node in self.nodes:
+            ssh = node.root / "root/.ssh"
+            ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for name, text, mode in (
+                ("id_ed25519", private, 0o600),
+                ("id_ed25519.pub", public + "\n", 0o644),
+                ("known_hosts", known, 0o644),
+            ):
+                (ssh / name).write_text(text)
+                (ssh / name).chmod(mode)
+            authorized = ssh / "authorized_keys"
+            lines = authorized.read_text().splitlines() if authorized.exists() else []
+            if public not in lines:
+                authorized.write_text("".join(f"{line}\n" for line in [*lines, public]))
+            authorized.chmod(0o600)
+            target = node.root / where.lstrip("/")
+            target.write_text(script())
+            target.chmod(0o755)
+            done.append(node.name)
+        return done
+
     def boots(self) -> dict[str, int]:
         """How many times each node has booted: pass it to :meth:`wait_ready` after asking for a reboot."""
         return {node.name: node.boots for node in self.nodes}

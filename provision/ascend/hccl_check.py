@@ -127,6 +127,23 @@ class LinkRun:
         )
 
 
+SSH_FAILURES = (
+    "Permission denied (publickey",
+    "Host key verification failed",
+    "Could not resolve hostname",
+    "Connection refused",
+    "Connection timed out",
+    "No route to host",
+)
+"""OpenSSH's own words when MPICH's launcher (Hydra starts the other ranks over ssh) cannot reach a node:
+the link was not measured, the launch failed."""
+LAUNCH_FIX = (
+    "hccl_test's launcher (MPICH's Hydra) starts the peer's rank over ssh: give the head's root "
+    "passwordless SSH to every member (its key in their authorized_keys, their host keys in its "
+    "known_hosts), or set hccn_gate_link_threshold: 0 to leave the links unmeasured"
+)
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
@@ -155,7 +172,12 @@ def link_figures(run: LinkRun, port_gbps: float | None, threshold: float) -> dic
     with contextlib.suppress(ParseError):  # no table: the failure below says what the tool said
         rows = parse_hccl_test(run.output)
     if run.rc != 0 or not rows:
-        figures["problem"] = f"hccl_test failed (exit {run.rc}): {_last_line(run.output)}"
+        last_line = _last_line(run.output)
+        if any(phrase in run.output for phrase in SSH_FAILURES):
+            figures["launch_failed"] = True
+            figures["problem"] = f"mpirun could not start the rank on {run.peer} (exit {run.rc}): {last_line}"
+        else:
+            figures["problem"] = f"hccl_test failed (exit {run.rc}): {last_line}"
         return figures
     last = max(rows, key=lambda row: row.data_size)
     figures.update(data_size=last.data_size, bandwidth_gbs=last.alg_bandwidth_gbs)
@@ -187,7 +209,9 @@ def figure_problems(figures: Iterable[Mapping[str, Any]]) -> list[Problem]:
                 f"link to {run.peer} NPU {run.peer_device}: {found.get('problem')}",
                 run.device,
                 f"{TEST} between {run.pair}",
-                "check both ports (hccn_tool -i N -link -g, -link_stat -g, -optical -g), their cables "
+                LAUNCH_FIX
+                if found.get("launch_failed")
+                else "check both ports (hccn_tool -i N -link -g, -link_stat -g, -optical -g), their cables "
                 "and the switch ports between the two nodes",
             )
         )

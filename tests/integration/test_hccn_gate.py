@@ -10,9 +10,12 @@ serving. The engine cache is bind-mounted as in ``serving/cluster.py``. One clus
    inventory's per-rail addressing plan: the detect addresses the nodes lack are set (the addresses and
    gateways the simulated layout already has are left alone), ``/etc/hccn.conf`` holds the plan, and a
    second apply changes nothing.
-1. ``link_down: [5]`` on node2 (the pool's NPU): ``provision apply -p serve`` fails on BOTH nodes with a
+1. ``link_slow`` on node2's NPU 5: the gate's bandwidth check (hccl_test launched by the head's mpirun,
+   the worker's rank over ssh) measures the pair below the floor and refuses the group on both nodes,
+   naming the pair and ports; cleared, the gate passes with the pair's figures in ``--json``.
+2. ``link_down: [5]`` on node2 (the pool's NPU): ``provision apply -p serve`` fails on BOTH nodes with a
    message naming node2 and NPU 5, and nothing is written or started on either node.
-2. Fault cleared: the gate passes, node1's head starts first, node2's worker only after the head listens on
+3. Fault cleared: the gate passes, node1's head starts first, node2's worker only after the head listens on
    its RPC port, the group answers a completion on node1; a second apply changes nothing (the ports the
    running instance holds are its own).
 
@@ -153,6 +156,9 @@ def gated(
 ) -> Gated:
     started = time.monotonic()
     state = gated_cluster(sim_cluster_module_factory, tmp_path_factory, "hccn")
+    # What a site prepares for hccl_test (`provision sim mpi`): MPICH's mpirun and root SSH between the
+    # nodes, so the gate measures the links (test_multinode_upgrade's cluster goes without: not measured).
+    assert state.cluster.install_mpi() == ["node1", "node2"]
     state.timings["cluster + driver + reboot"] = time.monotonic() - started
     return state
 
@@ -271,6 +277,46 @@ def test_the_fabric_stage_configures_every_port_and_a_second_apply_changes_nothi
             "device": [{"device_id": str(NPU), "device_ip": configured, "rank_id": str(rank)}],
         }
     print("\n" + "\n".join(f"{k}: {v:.2f}" for k, v in gated.timings.items()))
+
+
+def test_a_slowed_link_to_the_worker_is_measured_and_refused_then_passes_cleared(gated: Gated) -> None:
+    # The worker's end of the rail is slow: the head's mpirun starts the worker's rank over ssh, and the
+    # pair runs at the slower end's speed.
+    hardware.set_faults(gated.cluster.node("node2").root, {"link_slow": {str(NPU): 0.25}})
+    try:
+        started = time.monotonic()
+        done = provision_cli(
+            "apply", str(gated.inventory), "-p", "serve", "-t", "hccn_gate", "--json", runs=gated.runs
+        )
+        gated.timings["gate refusing a slow link"] = time.monotonic() - started
+    finally:
+        hardware.set_faults(gated.cluster.node("node2").root, {"link_slow": None})
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    failures = {f["host"]: f["message"] for f in summary["failures"]}
+    assert sorted(failures) == ["node1", "node2"], "the whole group is refused"
+    for message in failures.values():
+        assert f"  - node1 NPU {NPU}: link to node2 NPU {NPU}: " in message, message
+        assert "below 50% of the port's nominal 200 Gbit/s (11.64 GB/s)" in message
+        assert (
+            f"(all_reduce_test between node1 NPU {NPU} (port eth{NPU}) <-> node2 NPU {NPU} (port eth{NPU}))"
+            in (message)
+        )
+    [link] = summary["links"]
+    assert (link["host"], link["device"], link["peer"], link["peer_device"], link["ok"]) == (
+        "node1", NPU, "node2", NPU, False
+    )  # fmt: skip
+    assert link["bandwidth_gbs"] < 0.25 * link["nominal_gbs"] and link["data_size"] == 67108864
+    for node in ("node1", "node2"):
+        assert gated.sh(node, f"test -e /etc/systemd/system/{UNIT}", check=False).returncode == 1
+
+    cleared = provision_cli(
+        "apply", str(gated.inventory), "-p", "serve", "-t", "hccn_gate", "--json", runs=gated.runs
+    )
+    assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+    [link] = json.loads(cleared.stdout)["links"]
+    assert link["ok"] is True and link["problem"] is None
+    assert 0.8 * link["nominal_gbs"] < link["bandwidth_gbs"] < link["nominal_gbs"]
 
 
 def test_a_down_link_refuses_the_whole_group_and_starts_nothing(gated: Gated) -> None:

@@ -62,8 +62,28 @@ def node(tmp_path_factory: pytest.TempPathFactory, driver_run: Path) -> SimRoot:
     return sim
 
 
-def measure(sim: SimRoot, device: int) -> LinkRun:
-    """One pair test as the check runs it: the simulated mpirun on PATH, the toolkit's all_reduce_test."""
+# ``ssh`` as the launcher meets it here: 192.0.2.11 is the launching node (not this machine's address, so
+# rank 0 goes over ssh too), 192.0.2.12 the peer (the simulated root in PEER_ROOT, else the launching
+# node's own), 192.0.2.13 a node that refuses the key, with OpenSSH's words and exit code.
+FAKE_SSH = """#!/bin/sh
+while [ "${1#-}" != "$1" ]; do [ "$1" = "-o" ] && shift; shift; done
+host=$1; shift
+case $host in
+  192.0.2.11) exec sh -c "$*" ;;
+  192.0.2.12) [ -n "$PEER_ROOT" ] && export PROVISION_SIM_ROOT="$PEER_ROOT"; exec sh -c "$*" ;;
+  *) echo "root@$host: Permission denied (publickey,password)." >&2; exit 255 ;;
+esac
+"""
+
+
+def measure(
+    sim: SimRoot,
+    device: int,
+    peer: SimRoot | None = None,
+    hosts: tuple[str, str] = ("192.0.2.11", "192.0.2.12"),
+) -> LinkRun:
+    """One pair test as the check runs it: the simulated mpirun on PATH, the toolkit's all_reduce_test;
+    the other rank on ``peer`` (else on ``sim`` too), started over ``ssh`` (:data:`FAKE_SSH`)."""
     bin_dir = sim.root.parent / "bin"
     bin_dir.mkdir(exist_ok=True)
     mpirun = bin_dir / "mpirun"
@@ -73,11 +93,13 @@ def measure(sim: SimRoot, device: int) -> LinkRun:
         encoding="utf-8",
     )
     mpirun.chmod(0o755)
-    argv = pair_argv(HCCL_TEST_DIRS[0], ("192.0.2.11", "192.0.2.12"), device)
+    (bin_dir / "ssh").write_text(FAKE_SSH, encoding="utf-8")
+    (bin_dir / "ssh").chmod(0o755)
+    argv = pair_argv(HCCL_TEST_DIRS[0], hosts, device)
     # the test binary's node path, run through this interpreter (the node's /usr/bin/python3 is not here)
     binary = sim.path(argv[12])
     argv[12:13] = [sys.executable, str(binary)]
-    env = sim.env()
+    env = sim.env({"PEER_ROOT": str(peer.root)} if peer else None)
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     return LinkRun("atlas-a01", device, "atlas-a02", device, done.returncode, done.stdout + done.stderr)
@@ -147,6 +169,46 @@ def test_a_dropped_port_is_refused_with_hccls_error(node: SimRoot) -> None:
     )
     assert "hns_roce_lite_handle_error_cqe(630) : error cqe status: 0x15" in problems[0].message
     assert "(port eth5)" in problems[0].message
+
+
+@pytest.fixture(scope="module")
+def peer(tmp_path_factory: pytest.TempPathFactory, driver_run: Path) -> SimRoot:
+    return simulated_node(tmp_path_factory.mktemp("hccl-peer") / "node", driver_run, 2)
+
+
+def test_the_peers_end_counts_a_slow_or_dropped_port_there_is_refused(node: SimRoot, peer: SimRoot) -> None:
+    healthy = measure(node, 3, peer)
+    assert healthy.rc == 0 and link_figures(healthy, A2_GBPS, THRESHOLD)["ok"] is True, healthy.output
+    assert "ascendsim-link-factor" not in healthy.output  # the launcher keeps the ranks' talk to itself
+    peer.set_faults(faults.parse(['link_slow={"3": 0.25}']))
+    try:
+        slow = measure(node, 3, peer)
+        other = measure(node, 2, peer)
+    finally:
+        peer.set_faults({}, replace=True)
+    assert slow.rc == 0, slow.output
+    figures = [link_figures(run, A2_GBPS, THRESHOLD) for run in (slow, other)]
+    assert [f["ok"] for f in figures] == [False, True]
+    assert figures[0]["bandwidth_gbs"] < 0.25 * 23.283
+    peer.set_faults(faults.parse(["link_down=[3]"]))
+    try:
+        dropped = measure(node, 3, peer)
+    finally:
+        peer.set_faults({}, replace=True)
+    assert dropped.rc == 1
+    assert "hns_roce_lite_handle_error_cqe(630) : error cqe status: 0x15" in dropped.output
+
+
+def test_a_peer_mpirun_cannot_reach_is_a_launch_failure_not_a_link_fault(node: SimRoot) -> None:
+    run = measure(node, 3, hosts=("192.0.2.11", "192.0.2.13"))
+    assert run.rc == 255
+    figures, problems = link_problems([run], A2_GBPS, THRESHOLD)
+    assert figures[0]["launch_failed"] is True
+    assert figures[0]["problem"] == (
+        "mpirun could not start the rank on atlas-a02 (exit 255): "
+        "root@192.0.2.13: Permission denied (publickey,password)."
+    )
+    assert "passwordless SSH" in problems[0].hint and "cables" not in problems[0].hint
 
 
 def test_cleared_the_port_passes_again(node: SimRoot) -> None:

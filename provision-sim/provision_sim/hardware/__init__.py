@@ -224,6 +224,22 @@ WantedBy=sysinit.target
 """
 
 
+MPIRUN = "/usr/bin/mpirun"
+
+
+def mpirun_script() -> str:
+    """``/usr/bin/mpirun`` as the simulator stands in for a site's MPICH (Hydra): ``ascendsim/hccl.py``'s
+    launcher, which starts ranks on the other nodes over ssh as Hydra does."""
+    return (
+        "#!/usr/bin/python3\n"
+        "# mpirun (MPICH Hydra) - simulated by provision sim: launches hccl_test's ranks\n"
+        "import sys\n\n"
+        f'sys.path.insert(0, "{ENGINE_DIR}")\n'
+        "from ascendsim.hccl import mpirun  # noqa: E402\n\n"
+        "sys.exit(mpirun())\n"
+    )
+
+
 def node_source() -> Path:
     """The ``ascendsim`` package folder (copied into nodes and into every ``.run`` payload)."""
     return NODE_SOURCE
