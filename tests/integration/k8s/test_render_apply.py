@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +53,30 @@ def _exists(plane: ControlPlane, path: str) -> bool:
         return client.get(path).status_code == 200
 
 
+@pytest.fixture
+def namespace(k8s_control_plane: ControlPlane) -> Iterator[str]:
+    """The test's namespace, deleted afterwards: the control plane is shared with the autoscaling drill,
+    whose HPA controller would otherwise keep querying this test's HPAs."""
+    with k8s_control_plane.client() as client:
+        made = client.post(
+            "/api/v1/namespaces",
+            json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        )
+        assert made.status_code in (201, 409), made.text
+    yield NAMESPACE
+    with k8s_control_plane.client() as client:
+        gone = client.delete(f"/api/v1/namespaces/{NAMESPACE}")
+        assert gone.status_code in (200, 202, 404), gone.text
+
+
 def test_apply_is_accepted_idempotent_and_prunes_only_when_asked(
+    namespace: str,
     k8s_control_plane: ControlPlane,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     plane = k8s_control_plane
-    with plane.client() as client:
-        made = client.post(
-            "/api/v1/namespaces",
-            json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        )
-        assert made.status_code in (201, 409), made.text
     inventory = _site(tmp_path)
     deployment = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/vllm-batch"
 
