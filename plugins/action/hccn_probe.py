@@ -39,6 +39,7 @@ _ARGS = frozenset(
         "ports",
         "addresses",
         "resolve",
+        "super_pods",
         "links",
         "link_port_gbps",
         "link_threshold",
@@ -71,6 +72,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
                 ports=bool(args.get("ports", False)),
                 addresses=bool(args.get("addresses", False)),
                 resolve=[str(name) for name in args.get("resolve") or []],
+                super_pods=bool(args.get("super_pods", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise AnsibleActionFail(f"hccn_probe: bad arguments: {exc}") from exc

@@ -176,18 +176,21 @@ def hccn_gate_rank_tables(
     groups: Sequence[Mapping[str, Any]], host: str, hostvars: Any
 ) -> list[dict[str, Any]]:
     """The rank table of each multi-node group of ``host`` (``{"pool", "path", "table"}``), from the
-    addresses the members' probes read (the configured NPU addresses), in HCCL's format."""
+    addresses the members' probes read (the configured NPU addresses) and, on A3, their chips' super pod
+    ids, in HCCL's format."""
     from provision.ascend.fabric import rank_table, rank_table_path
 
     out = []
     for group in hccn_gate_mine(groups, host):
         addresses: dict[str, dict[int, str]] = {}
+        pods: dict[str, dict[int, dict[str, Any]]] = {}
         for member in group["hosts"]:
             probe = _probe(hostvars, str(member), LOCAL) or {}
             npus = probe.get("npus") or {}
             addresses[str(member)] = {int(d): str(v["ip"]) for d, v in npus.items() if v.get("ip")}
+            pods[str(member)] = {int(d): dict(v["super_pod"]) for d, v in npus.items() if v.get("super_pod")}
         try:
-            table = rank_table(group, addresses)
+            table = rank_table(group, addresses, pods)
         except ValueError as exc:
             raise AnsibleFilterError(f"hccn_gate: rank table of {group['name']}: {exc}") from exc
         out.append({"pool": group["pool"], "path": rank_table_path(str(group["pool"])), "table": table})

@@ -50,6 +50,11 @@ options:
     description: Host names to resolve on the node (C(getent ahostsv4)).
     type: list
     elements: str
+  super_pods:
+    description: Read the super pod ids of I(devices) too (C(npu-smi info -t spod-info -i NPU -c CHIP), the
+      NPU and chip of each device from C(npu-smi info -m)); an Atlas A3's chips only, nothing elsewhere.
+    type: bool
+    default: false
   links:
     description:
       - "Pair tests to run instead of the probe, one at a time, C({device, peer, peer_device, hosts}):
@@ -111,7 +116,8 @@ probe:
     tool: {description: The hccn_tool used (null when missing)., type: str}
     tool_missing: {description: The path looked at when hccn_tool was not found., type: str}
     npus:
-      description: "NPU id (string) -> link, net_health, ip, netmask, tls (0/1), errors."
+      description: "NPU id (string) -> link, net_health, ip, netmask, tls (0/1), errors; with super_pods on an
+        A3, super_pod ({sdid, super_pod_id}) or super_pod_error."
       type: dict
     pings:
       description: "One per ping: device, address, success, loss_pct, transmitted, received, error."

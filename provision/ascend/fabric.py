@@ -353,34 +353,68 @@ def rank_table_path(pool: str, folder: str = RANK_TABLE_DIR) -> str:
     return f"{folder.rstrip('/')}/{pool}.ranktable.json"
 
 
-def rank_table(group: Mapping[str, Any], addresses: Mapping[str, Mapping[int, str]]) -> dict[str, Any]:
+def rank_table(
+    group: Mapping[str, Any],
+    addresses: Mapping[str, Mapping[int, str]],
+    super_pods: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None,
+) -> dict[str, Any]:
     """The rank table of a multi-node serving group (``group_dict``: members in order, head first, each with
-    its pool's devices) in HCCL's documented format for AI-server networking (github.com/hicann/hccl,
-    docs/en/user_guide/cluster_info_config/rank_table_config_a2.md and the "typical networking" part of
-    rank_table_config_a3.md): version "1.0", every value a string, ranks consecutive per server (HCCL
-    does not support interleaving them across servers), ``device_ip`` the NPU port's configured address.
+    its pool's devices) in HCCL's documented format (github.com/hicann/hccl,
+    docs/en/user_guide/cluster_info_config/rank_table_config_a2.md and rank_table_config_a3.md): every
+    value a string, ranks consecutive per server (HCCL does not support interleaving them across servers),
+    ``device_ip`` the NPU port's configured address.
 
     ``addresses``: per member host, NPU id -> configured address. A device without an address raises
-    ValueError (a multi-node table needs every ``device_ip``)."""
+    ValueError (a multi-node table needs every ``device_ip``). ``super_pods``: per member host, NPU id ->
+    ``{"sdid", "super_pod_id"}`` as an A3 chip's ``npu-smi info -t spod-info`` reads them. When every
+    device of the group has them the table is the super-pod variant (version "1.2": each device's
+    ``super_device_id``, and ``super_pod_list`` naming the servers of each super pod, in group order);
+    otherwise the AI-server variant (version "1.0"), which HCCL takes on A3 too."""
+    pods = super_pods or {}
+    every = all(
+        int(device) in (pods.get(str(member["host"])) or {})
+        for member in group["members"]
+        for device in member["devices"]
+    )
     servers = []
+    pod_of: dict[str, list[str]] = {}
     rank = 0
     for member in group["members"]:
         host = str(member["host"])
         found = addresses.get(host) or {}
         devices = []
+        member_pods = set()
         for device in member["devices"]:
             ip = found.get(int(device))
             if not ip:
                 raise ValueError(f"{host} NPU {device}: no configured address for the rank table")
-            devices.append({"device_id": str(device), "device_ip": str(ip), "rank_id": str(rank)})
+            entry = {"device_id": str(device)}
+            if every:
+                place = pods[host][int(device)]
+                entry["super_device_id"] = str(int(place["sdid"]))
+                member_pods.add(str(int(place["super_pod_id"])))
+            devices.append({**entry, "device_ip": str(ip), "rank_id": str(rank)})
             rank += 1
+        if len(member_pods) > 1:
+            raise ValueError(
+                f"{host}: its NPUs read different super pods ({', '.join(sorted(member_pods))}) "
+                "in npu-smi info -t spod-info"
+            )
+        for pod in member_pods:
+            pod_of.setdefault(pod, []).append(host)
         servers.append({"server_id": host, "host_ip": str(member["address"]), "device": devices})
-    return {
+    table: dict[str, Any] = {
         "status": "completed",
-        "version": "1.0",
+        "version": "1.2" if every else "1.0",
         "server_count": str(len(servers)),
         "server_list": servers,
     }
+    if every:
+        table["super_pod_list"] = [
+            {"super_pod_id": pod, "server_list": [{"server_id": host} for host in hosts]}
+            for pod, hosts in pod_of.items()
+        ]
+    return table
 
 
 def plan_addresses(ports: Sequence[Port]) -> dict[int, str]:

@@ -40,7 +40,7 @@ from provision.ascend.hccn import (
     parse_hccn_ping,
     parse_hccn_tls,
 )
-from provision.ascend.npu_smi import ParseError
+from provision.ascend.npu_smi import ParseError, parse_npu_smi_spod_info
 from provision.scripts import node_script
 
 __all__ = [
@@ -81,8 +81,10 @@ def probe_argv(
     ports: bool = False,
     addresses: bool = False,
     resolve: Iterable[str] = (),
+    super_pods: bool = False,
 ) -> list[str]:
-    """The positional arguments of :data:`PROBE_SCRIPT` (after ``sh -c SCRIPT NAME``)."""
+    """The positional arguments of :data:`PROBE_SCRIPT` (after ``sh -c SCRIPT NAME``). ``super_pods``:
+    read each of ``devices``' super pod ids too (``npu-smi info -t spod-info``; an A3's chips only)."""
     argv = [tool]
     argv += [f"dev={int(d)}" for d in devices]
     argv += [f"conf={int(d)}" for d in configs]
@@ -100,6 +102,8 @@ def probe_argv(
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", name):
             raise ValueError(f"not a host name: {name!r}")
         argv.append(f"resolve={name}")
+    if super_pods:
+        argv.append("spod")
     return argv
 
 
@@ -154,7 +158,8 @@ def parse_probe(text: str) -> dict[str, Any]:
 
     {"tool": path | None, "tool_missing": path | None,
      "npus": {"5": {"link": "DOWN", "net_health": "Fault", "ip": "10.0.5.2", "netmask": ...,
-                    "tls": 0 | 1 | None, "errors": ["hccn_tool -i 5 -ip -g: exit 1: ..."]}},
+                    "tls": 0 | 1 | None, "errors": ["hccn_tool -i 5 -ip -g: exit 1: ..."],
+                    "super_pod": {"sdid": 16777216, "super_pod_id": 0}  # spod: an A3 chip's}},
      "pings": [{"device": 5, "address": "10.0.5.3", "success": False, "loss_pct": 100.0,
                 "transmitted": 3, "received": 0, "error": None}],
      "listeners": [...] | None, "ports_error": str | None,
@@ -196,6 +201,8 @@ def parse_probe(text: str) -> dict[str, Any]:
             units[int(words[1])] = unit_of_cgroup(body)
         elif kind == "addr":
             facts["addresses"] = _addresses(body)
+        elif kind == "spod" and len(words) == 3:
+            _super_pod(facts["npus"].setdefault(words[1], _empty_npu()), int(words[1]), int(words[2]), body)
         elif kind == "resolve" and len(words) == 2:
             first = body.split()[0] if body.split() else None
             facts["resolved"][words[1]] = first if first and _is_ipv4(first) else None
@@ -214,6 +221,23 @@ def _empty_npu() -> dict[str, Any]:
         "tls": None,
         "errors": [],
     }
+
+
+def _super_pod(npu: dict[str, Any], device: int, rc: int, body: str) -> None:
+    """An A3 chip's ``npu-smi info -t spod-info`` into ``npu["super_pod"]``: ``{"sdid", "super_pod_id"}``;
+    None, with why in ``npu["super_pod_error"]``, when the read failed. Not a reason to refuse the group:
+    without it the rank table is the AI-server variant, which HCCL also takes."""
+    npu["super_pod"] = None
+    shown = f"npu-smi info -t spod-info (device {device})"
+    if rc != 0:
+        npu["super_pod_error"] = f"{shown}: exit {rc}: {_last_line(body, rc)}"
+        return
+    try:
+        found = parse_npu_smi_spod_info(body)
+    except ParseError as exc:
+        npu["super_pod_error"] = f"{shown}: {exc}"
+        return
+    npu["super_pod"] = {"sdid": found.sdid, "super_pod_id": found.super_pod_id}
 
 
 def _local(npu: dict[str, Any], device: int, command: str, rc: int, body: str) -> None:

@@ -53,6 +53,7 @@ __all__ = [
     "NpuTopology",
     "ParseError",
     "PowerInfo",
+    "SuperPodInfo",
     "TempInfo",
     "TopoRow",
     "UsagesInfo",
@@ -68,6 +69,7 @@ __all__ = [
     "parse_npu_smi_list",
     "parse_npu_smi_power",
     "parse_npu_smi_sections",
+    "parse_npu_smi_spod_info",
     "parse_npu_smi_temp",
     "parse_npu_smi_topo",
     "parse_npu_smi_usages",
@@ -710,6 +712,39 @@ def parse_mcu_version(text: str) -> str:
     if version is None:
         raise ParseError(f"expected a version in '{what}' output")
     return version
+
+
+# --------------------------------------------------------------------------------------------
+# npu-smi info -t spod-info -i N -c C (Atlas A3)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SuperPodInfo:
+    """An A3 chip's place in its super pod: ``SDID`` (the rank table's ``super_device_id``), ``Super Pod
+    ID`` (its ``super_pod_id``), ``Super Pod Size`` and ``Server Index`` (the server's id in the pod)."""
+
+    sdid: int
+    super_pod_id: int
+    super_pod_size: int | None
+    server_index: int | None
+
+
+def parse_npu_smi_spod_info(text: str) -> SuperPodInfo:
+    """Parse ``npu-smi info -t spod-info -i N -c C`` (``SDID : 16777216`` ...; the sample in
+    ``tests/fixtures/samples/npu_smi_info_t_spod_info.txt``)."""
+    what = "npu-smi info -t spod-info"
+    kv = parse_npu_smi_key_values(text, what)
+    sdid = _opt_int(kv.require("SDID", what), "SDID")
+    pod = _opt_int(kv.require("Super Pod ID", what), "Super Pod ID")
+    if sdid is None or pod is None:
+        raise ParseError(f"expected SDID and Super Pod ID in '{what}' output")
+    return SuperPodInfo(
+        sdid=sdid,
+        super_pod_id=pod,
+        super_pod_size=_opt_int(kv.get("Super Pod Size"), "Super Pod Size"),
+        server_index=_opt_int(kv.get("Server Index"), "Server Index"),
+    )
 
 
 # --------------------------------------------------------------------------------------------

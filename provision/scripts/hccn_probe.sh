@@ -5,7 +5,7 @@ run() { label=$1; shift; out=$("$@" 2>&1); rc=$?; sec "$label $rc"; printf '%s\n
 if [ ! -x "$T" ]; then
   found=$(command -v hccn_tool 2>/dev/null) && [ -n "$found" ] && T=$found
 fi
-pkt=3; devs=; confs=; pings=; ports=0; addr=0; names=
+pkt=3; devs=; confs=; pings=; ports=0; addr=0; names=; spod=0
 for a in "$@"; do
   case $a in
     pkt=*) pkt=${a#pkt=} ;;
@@ -14,6 +14,7 @@ for a in "$@"; do
     ping=*) pings="$pings ${a#ping=}" ;;
     ports) ports=1 ;;
     addr) addr=1 ;;
+    spod) spod=1 ;;
     resolve=*) names="$names ${a#resolve=}" ;;
   esac
 done
@@ -40,6 +41,19 @@ if [ -n "$devs$confs$pings" ]; then
     rm -rf "$tmp"
   else
     sec "tool-missing $T"
+  fi
+fi
+# An A3's chips: their super pod ids (the rank table's super_device_id and super_pod_id). npu-smi -m maps
+# each chip's physical id (its 4th column, on an A3 only) to the NPU id and chip id spod-info takes.
+if [ "$spod" = 1 ] && [ -n "$devs" ]; then
+  smi=$(command -v npu-smi 2>/dev/null)
+  for p in /usr/local/bin/npu-smi /usr/local/sbin/npu-smi; do [ -z "$smi" ] && [ -x "$p" ] && smi=$p; done
+  if [ -n "$smi" ]; then
+    map=$("$smi" info -m 2>&1)
+    printf '%s\n' "$map" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $4 ~ /^[0-9]+$/ {print $1, $2, $4}' |
+      while read -r npu chip phy; do
+        case " $devs " in *" $phy "*) run "spod $phy" "$smi" info -t spod-info -i "$npu" -c "$chip" ;; esac
+      done
   fi
 fi
 if [ "$ports" = 1 ]; then

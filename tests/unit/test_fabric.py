@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,11 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from provision.ascend import fabric, hccn
+from provision.ascend.hccn_gate import PROBE_SCRIPT, parse_probe, probe_argv
 from provision.ascend.npu_smi import ParseError
 from provision.cli import _playbook
 from provision.inventory.load import load_inventory, plain
+from provision_sim.hardware.testroot import SimRoot
 from tests.helpers import run_cli, write_tree
 from tests.unit.test_hccn_gate_checks import HCCN, driver_run, run_probe, simulated_node
 
@@ -391,6 +394,96 @@ def test_the_gate_builds_the_rank_table_from_the_addresses_it_read() -> None:
         missing = probe(12)
         missing["__hccn_gate_local"]["probe"]["npus"]["5"] = {"ip": None}
         hccn_gate_rank_tables([group], "n1", {"n1": probe(11), "n2": missing})
+
+
+def a3_node(root: Path, driver: Path, index: int) -> SimRoot:
+    sim = SimRoot.create(root, name=f"node{index}", index=index, npus=16, model="910_93")
+    assert sim.run([driver, "--full", "--install-for-all", "--quiet"]).returncode == 0
+    assert sim.reboot().returncode == 0
+    return sim
+
+
+def test_an_a3_groups_rank_table_is_the_super_pod_variant_read_from_the_chips(
+    tmp_path: Path, driver_run: Path
+) -> None:
+    """Two simulated A3 nodes, the gate's own probe (``super_pods``) on each: the chips' SDIDs and super
+    pod become a version 1.2 table with ``super_device_id`` and ``super_pod_list`` (HCCL's A3 format)."""
+    from plugins.filter.hccn_gate import hccn_gate_rank_tables
+
+    devices = [2, 3]
+    hostvars = {}
+    for index, host in ((3, "n1"), (4, "n2")):
+        sim = a3_node(tmp_path / host, driver_run, index)
+        env = sim.env()
+        env["PATH"] = f"{sim.path('/usr/local/bin')}:{env['PATH']}"
+        argv = probe_argv(str(sim.path(HCCN)), devices=devices, super_pods=True)
+        done = subprocess.run(
+            ["sh", "-c", PROBE_SCRIPT, "hccn-probe", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        probe = parse_probe(done.stdout)
+        for d in devices:
+            assert probe["npus"][str(d)]["super_pod"] == {"sdid": (index << 22) | d, "super_pod_id": 0}, probe
+        hostvars[host] = {"__hccn_gate_local": {"probe": probe}}
+    group = {
+        "name": "ds",
+        "pool": "ds",
+        "hosts": ["n1", "n2"],
+        "members": [
+            {"host": "n1", "address": "192.0.2.11", "devices": devices},
+            {"host": "n2", "address": "192.0.2.12", "devices": devices},
+        ],
+    }
+    [found] = hccn_gate_rank_tables([group], "n1", hostvars)
+    table = found["table"]
+    assert (table["version"], table["server_count"]) == ("1.2", "2")
+    # An A2's npu-smi -m has no physical-id column: nothing is asked, the chips carry no super pod.
+    a2 = simulated_node(tmp_path / "a2", driver_run, 5)
+    env = a2.env()
+    env["PATH"] = f"{a2.path('/usr/local/bin')}:{env['PATH']}"
+    argv = probe_argv(str(a2.path(HCCN)), devices=devices, super_pods=True)
+    done = subprocess.run(
+        ["sh", "-c", PROBE_SCRIPT, "hccn-probe", *argv], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "@@@provision spod" not in done.stdout and "npu-smi" not in done.stdout, done.stdout
+    assert all("super_pod" not in npu for npu in parse_probe(done.stdout)["npus"].values())
+    assert table["server_list"][1]["device"] == [
+        {"device_id": "2", "super_device_id": str((4 << 22) | 2), "device_ip": "10.201.2.14", "rank_id": "2"},
+        {"device_id": "3", "super_device_id": str((4 << 22) | 3), "device_ip": "10.201.3.14", "rank_id": "3"},
+    ]
+    assert table["super_pod_list"] == [
+        {"super_pod_id": "0", "server_list": [{"server_id": "n1"}, {"server_id": "n2"}]}
+    ]
+
+
+def test_the_super_pod_variant_needs_every_chip_and_one_pod_per_server() -> None:
+    group = {
+        "members": [
+            {"host": "n1", "address": "192.0.2.11", "devices": [0, 1]},
+            {"host": "n2", "address": "192.0.2.12", "devices": [0, 1]},
+        ]
+    }
+    addresses = {h: {0: f"10.30.0.{n}", 1: f"10.31.0.{n}"} for h, n in (("n1", 11), ("n2", 12))}
+    pods = {
+        "n1": {0: {"sdid": 0, "super_pod_id": 0}, 1: {"sdid": 1, "super_pod_id": 0}},
+        "n2": {0: {"sdid": 4, "super_pod_id": 1}, 1: {"sdid": 5, "super_pod_id": 1}},
+    }
+    table = fabric.rank_table(group, addresses, pods)
+    assert table["super_pod_list"] == [  # the documented two-pod shape: one entry per pod, its servers
+        {"super_pod_id": "0", "server_list": [{"server_id": "n1"}]},
+        {"super_pod_id": "1", "server_list": [{"server_id": "n2"}]},
+    ]
+    partial = {"n1": pods["n1"], "n2": {0: pods["n2"][0]}}  # one chip's read failed: the AI-server form
+    plain_table = fabric.rank_table(group, addresses, partial)
+    assert plain_table["version"] == "1.0" and "super_pod_list" not in plain_table
+    assert all("super_device_id" not in d for s in plain_table["server_list"] for d in s["device"])
+    split = {**pods, "n2": {0: {"sdid": 4, "super_pod_id": 1}, 1: {"sdid": 5, "super_pod_id": 2}}}
+    with pytest.raises(ValueError, match="n2: its NPUs read different super pods"):
+        fabric.rank_table(group, addresses, split)
 
 
 # -- hccl_test ----------------------------------------------------------------------------------------------

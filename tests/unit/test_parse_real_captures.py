@@ -152,6 +152,16 @@ def test_health_at_device_level_as_npu_smi_prints_it() -> None:
     assert chip.ok and chip.status == "OK" and chip.chips == ((None, "OK"),)
 
 
+def test_the_simulator_prints_super_pod_info_as_the_capture_and_a_bad_one_is_refused() -> None:
+    from provision.ascend.npu_smi import parse_npu_smi_spod_info
+    from provision_sim.hardware.node.ascendsim.npusmi import render_spod_info
+
+    text = sample("npu_smi_info_t_spod_info.txt")  # parsed in test_parsers.py
+    assert render_spod_info(16777216, 0, 4).rstrip("\n") == text.rstrip("\n")  # the capture's layout
+    with pytest.raises(ParseError, match="SDID"):
+        parse_npu_smi_spod_info("Super Pod ID : 0\n")
+
+
 def test_health_at_device_level_names_the_worst_chip() -> None:
     from provision_sim.hardware.node.ascendsim.npusmi import render_health_device
 

@@ -381,6 +381,14 @@ def check_health_device(text: str) -> None:
     assert (h.npu_id, h.chips, h.error_codes) == (0, ((0, "OK"),), ())
 
 
+def check_spod_info(text: str) -> None:
+    from provision.ascend.npu_smi import SuperPodInfo, parse_npu_smi_spod_info
+
+    assert parse_npu_smi_spod_info(text) == SuperPodInfo(
+        sdid=16777216, super_pod_id=0, super_pod_size=384, server_index=4
+    )
+
+
 def check_hccl_test(text: str) -> None:
     rows = parse_hccl_test(text)
     assert [row.data_size for row in rows] == [8192 * 2**i for i in range(14)]
@@ -728,6 +736,7 @@ EXPECTED: dict[str, list[Check]] = {
     "npu_smi_info_t_board_i_0.txt": [check_board_a, check_board_b, check_board_chip],
     "npu_smi_info_t_usages_i_0.txt": [check_usages_a, check_usages_b],
     "npu_smi_info_t_health_i_0.txt": [check_health_device],
+    "npu_smi_info_t_spod_info.txt": [check_spod_info],
     "ascend_fault_logs.txt": [check_fault_log] * len(fault_logs()),
 }
 

@@ -847,10 +847,29 @@ INFO_USAGE = """Usage: npu-smi info <watch|proc-mem|-h|-m|-l|-t type> [Options..
 Options:
         -i %d           Card ID
         -c %d           Chip ID
-        -t %s           Type: board, usages, common, health, ecc, temp, power, topo, memory
+        -t %s           Type: board, usages, common, health, ecc, temp, power, topo, memory, spod-info
 """
 
-INFO_TYPES = ("board", "usages", "common", "health", "ecc", "temp", "power", "topo", "memory")
+INFO_TYPES = ("board", "usages", "common", "health", "ecc", "temp", "power", "topo", "memory", "spod-info")
+
+SUPER_POD_SIZE = 384
+"""An Atlas A3 super pod's ``Super Pod Size`` as the sourced sample prints it (CloudMatrix384)."""
+
+
+def render_spod_info(sdid: int, super_pod_id: int, server_index: int, size: int = SUPER_POD_SIZE) -> str:
+    """``npu-smi info -t spod-info -i N -c C`` of an A3 chip: the layout of the sample in
+    ``tests/fixtures/samples/npu_smi_info_t_spod_info.txt`` (hicann/shmem), unindented."""
+    return (
+        f"SDID : {sdid}\nSuper Pod Size : {size}\nSuper Pod ID : {super_pod_id}\n"
+        f"Server Index : {server_index}\n"
+    )
+
+
+def super_device_id(server_index: int, phy_id: int) -> int:
+    """A chip's SDID. The sample's chip 0 of server 4 reads 16777216 = 4 << 22, and MindCluster's hccl.json
+    example has 37748736 = 9 << 22 for device 0: the server index sits from bit 22. The low bits of the
+    real encoding are not documented; here they are the chip's physical id, unique within the server."""
+    return (server_index << 22) | phy_id
 
 
 class UsageError(Exception):
@@ -921,6 +940,15 @@ def info(node: Node, args: Sequence[str]) -> str:
         raise UsageError(f"Error: the type {t} is invalid.\n" + INFO_USAGE)
     if t == "topo":
         return render_topo([str(n.get("cpu_affinity", "0-23")) for n in node.npus])
+    if t == "spod-info":
+        if node.hardware != "a3":  # a super pod is an A3's (the type is the A3 npu-smi's)
+            raise UsageError(f"Error: the type {t} is invalid.\n" + INFO_USAGE)
+        if "c" not in opts:
+            raise UsageError("Error: parameter -c is required.")
+        chip = _npu_arg(node, opts)
+        index = int(node.config.get("node", {}).get("index", 0))
+        pod = int(node.config.get("super_pod_id", 0))
+        return render_spod_info(super_device_id(index, int(chip["id"])), pod, index)
     n = _npu_arg(node, opts)
     chip_id = int(n["id"])  # the chip's logic id: the fault knobs name chips by it
     card = node.npu_id(n)
