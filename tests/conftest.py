@@ -407,13 +407,11 @@ def run_ansible() -> InventoryAnsibleRunner:
 
 
 @pytest.fixture(scope="session")
-def k8s_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """A real Kubernetes 1.20 control plane on loopback (etcd, kube-apiserver, kube-controller-manager).
-
-    The binaries come from the cache ``make k8s-rig`` fills (``provision_sim.k8s.build``); where it is empty
-    they are built here first, under the cache's lock (tens of minutes, once per machine). A failed build
-    fails the tests that use this fixture with the build's own error. Stopped (by PID) at the end.
-    """
+def k8s_built() -> k8s_build.BuildReport:
+    """Kubernetes 1.20 built from Debian's source package (binaries and the source tarball), from the cache
+    ``make k8s-rig`` fills (``provision_sim.k8s.build``); where it is empty it is built here first, under the
+    cache's lock (tens of minutes, once per machine). A failed build fails the tests that use this fixture
+    with the build's own error."""
     try:
         built = k8s_build.prepare(progress=lambda text: print(f"[k8s] {text}", file=sys.stderr))
     except EnvironmentProblem as exc:
@@ -421,6 +419,15 @@ def k8s_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cont
     except ProvisionError as exc:
         pytest.fail(f"the Kubernetes control plane could not be built: {exc}", pytrace=False)
     print(f"[k8s] {built.summary()}", file=sys.stderr)
+    return built
+
+
+@pytest.fixture(scope="session")
+def k8s_control_plane(
+    k8s_built: k8s_build.BuildReport, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """A real Kubernetes 1.20 control plane on loopback (etcd, kube-apiserver, kube-controller-manager),
+    from :func:`k8s_built`'s binaries. Stopped (by PID) at the end."""
     try:
         plane = ControlPlane.start(tmp_path_factory.mktemp("k8s"))
     except EnvironmentProblem as exc:
