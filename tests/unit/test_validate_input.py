@@ -86,6 +86,13 @@ WRONG_TYPES: list[tuple[str, dict[str, str], list[str]]] = [
         ["vllm_serve_image_soc = 910: allowed: '910b', 'a3' or '310p'"],
     ),
     (
+        "npu-line-of-the-link-check",
+        {"inventory.ini": GOOD_INI, "group_vars/npu_nodes.yml": "hccn_gate_npu_line: a2\n"},
+        [
+            "group_vars/npu_nodes.yml:1: group npu_nodes: hccn_gate_npu_line = 'a2': allowed: '910b', 'a3' or '310p'"
+        ],
+    ),
+    (
         "list-elements-by-index",
         {
             "inventory.ini": GOOD_INI,
