@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -176,10 +177,13 @@ def _power_of_chip_5(holder: subprocess.Popen[bytes]) -> tuple[float, float]:
     return watts, float(config["npus"][5]["power_w"])
 
 
-def test_npu_power_rises_with_the_load_of_the_process_that_holds_it(
+@pytest.fixture
+def holders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a node root of its own: the containers of simulated clusters running on this machine hold no chip here
+) -> Iterator[tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]]:
+    """An idle process (asleep) and a busy one (a core at full load) to hold chip 5, both up and running
+    (the interpreter's start-up is not the load measured), on a node root of the test's own: the
+    containers of simulated clusters running on this machine hold no chip here."""
     monkeypatch.setenv("PROVISION_SIM_ROOT", str(tmp_path))
     started = "print('started', flush=True)\n"
     idle = subprocess.Popen(
@@ -188,14 +192,21 @@ def test_npu_power_rises_with_the_load_of_the_process_that_holds_it(
     busy = subprocess.Popen([sys.executable, "-c", started + "while True: pass"], stdout=subprocess.PIPE)
     _ahead_of_other_work(busy)
     try:
-        for process in (idle, busy):  # up and running: the interpreter's start-up is not the load measured
+        for process in (idle, busy):
             assert process.stdout is not None and process.stdout.readline() == b"started\n"
-        at_idle, idle_w = _power_of_chip_5(idle)
-        at_load, _ = _power_of_chip_5(busy)
+        yield idle, busy
     finally:
         for process in (idle, busy):
             process.kill()
             process.wait()
+
+
+def test_npu_power_rises_with_the_load_of_the_process_that_holds_it(
+    holders: tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]],
+) -> None:
+    idle, busy = holders
+    at_idle, idle_w = _power_of_chip_5(idle)
+    at_load, _ = _power_of_chip_5(busy)
     # one busy core of the machine's CPUs: a share of LOAD_W above the idle power; a sleeper draws idle power
     assert at_idle == idle_w
     cpus = len(os.sched_getaffinity(0))
@@ -224,25 +235,11 @@ def _utilisation_of_chip_5(holder: subprocess.Popen[bytes]) -> tuple[int | None,
 
 
 def test_npu_utilisation_follows_the_load_of_the_process_that_holds_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    holders: tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]],
 ) -> None:
-    # a node root of its own: the containers of simulated clusters running on this machine hold no chip here
-    monkeypatch.setenv("PROVISION_SIM_ROOT", str(tmp_path))
-    started = "print('started', flush=True)\n"
-    idle = subprocess.Popen(
-        [sys.executable, "-c", started + "import time; time.sleep(60)"], stdout=subprocess.PIPE
-    )
-    busy = subprocess.Popen([sys.executable, "-c", started + "while True: pass"], stdout=subprocess.PIPE)
-    _ahead_of_other_work(busy)
-    try:
-        for process in (idle, busy):
-            assert process.stdout is not None and process.stdout.readline() == b"started\n"
-        at_idle = _utilisation_of_chip_5(idle)
-        at_load = _utilisation_of_chip_5(busy)
-    finally:
-        for process in (idle, busy):
-            process.kill()
-            process.wait()
+    idle, busy = holders
+    at_idle = _utilisation_of_chip_5(idle)
+    at_load = _utilisation_of_chip_5(busy)
     # a sleeper: the chip rests at its idle 0 % in all three; one busy core: at most 100 % / CPUs (less when
     # other work shares the cores), whole percents as DCMI gives them
     assert at_idle == (0, 0, 0.0)
