@@ -42,10 +42,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from profile_converge import Sampler  # benchmarks/, this script's folder
+from profile_converge import sampled  # benchmarks/, this script's folder
 from reftree import tree_env, worktree
 
 from provision.paths import collections_path
@@ -71,16 +70,7 @@ pipelining = False
 def run(argv: list[str], env: dict[str, str], verified: int | None = None) -> tuple[float, int, str]:
     """Seconds and the controller's peak RSS of one run; with ``verified``, the run (``--json``) must have
     verified that many nodes."""
-    started = time.monotonic()
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = Sampler(process.pid)
-    sampler.start()
-    stdout, stderr = process.communicate()
-    seconds = time.monotonic() - started
-    sampler.stop.set()
-    sampler.join()
-    if process.returncode != 0:
-        sys.exit(f"failed: {' '.join(argv)}\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    stdout, seconds, sampler = sampled(argv, env)
     if verified is not None:
         summary = json.loads(stdout)
         if len(summary["verified"]) != verified:

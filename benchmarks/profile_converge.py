@@ -164,6 +164,22 @@ class Play:
     tasks: list[Task]
 
 
+def sampled(argv: list[str], env: dict[str, str]) -> tuple[str, float, Sampler]:
+    """Run ``argv``, its process tree sampled (:class:`Sampler`): (stdout, wall seconds, the sampler).
+    A failed run ends the benchmark with its output."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = Sampler(process.pid)
+    sampler.start()
+    stdout, stderr = process.communicate()
+    seconds = time.monotonic() - started
+    sampler.stop.set()
+    sampler.join()
+    if process.returncode != 0:
+        sys.exit(f"failed: {shlex.join(argv)}\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    return stdout, seconds, sampler
+
+
 def _when(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
@@ -266,16 +282,8 @@ def profile(
     before_load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
-    process = subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = Sampler(process.pid)
-    sampler.start()
-    stdout, stderr = process.communicate()
-    wall = time.time() - started
-    sampler.stop.set()
-    sampler.join()
+    stdout, wall, sampler = sampled(argv, run_env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if process.returncode != 0:
-        sys.exit(f"failed: {shlex.join(argv)}\n{stdout[-3000:]}\n{stderr[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Profile(
         label=label,
