@@ -89,7 +89,8 @@ WRONG_TYPES: list[tuple[str, dict[str, str], list[str]]] = [
         "npu-line-of-the-link-check",
         {"inventory.ini": GOOD_INI, "group_vars/npu_nodes.yml": "hccn_gate_npu_line: a2\n"},
         [
-            "group_vars/npu_nodes.yml:1: group npu_nodes: hccn_gate_npu_line = 'a2': allowed: '910b', 'a3' or '310p'"
+            "group_vars/npu_nodes.yml:1: group npu_nodes: hccn_gate_npu_line = 'a2': "
+            "allowed: '910b', 'a3' or '310p'"
         ],
     ),
     (
