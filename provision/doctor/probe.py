@@ -66,7 +66,13 @@ ERROR_BEFORE, ERROR_AFTER = 10, 60
 ERROR_LINE = r"Traceback \(most recent call last\)|ERROR|\[Error\]|E[A-Z][0-9][0-9][0-9][0-9]"
 """What starts an error block: Python's traceback, vLLM's and CANN's ERROR lines, CANN's error codes
 (EI0006, EZ9999, EL0004...). POSIX ERE: the node's awk reads it."""
-WINDOW_GAP = "[provision doctor: lines between the first error block and the last lines left out]"
+ERROR_KEEP = 20
+"""Error lines kept from between the first error block and the last lines (the last of them): the first
+error of the scan may be an older run's, and the decisive line of the last failure sits after it."""
+WINDOW_GAP = (
+    "[provision doctor: lines between the first error block and the last lines left out, their last "
+    "error lines kept]"
+)
 LINE_CHARS = 2000
 """Every collected log line is cut at this many characters (one plog line can hold a whole table)."""
 KERNEL_HOURS = 6
@@ -110,6 +116,7 @@ DOCTOR_SCRIPT = node_script(
     JOURNAL_SCAN=str(JOURNAL_SCAN),
     ERROR_BEFORE=str(ERROR_BEFORE),
     ERROR_AFTER=str(ERROR_AFTER),
+    ERROR_KEEP=str(ERROR_KEEP),
     ERROR_AWK=ERROR_LINE.replace("/", "\\/"),
     WINDOW_GAP=WINDOW_GAP,
     LINE_CHARS=str(LINE_CHARS),

@@ -32,8 +32,9 @@ if command -v systemctl >/dev/null 2>&1; then
   sec show; systemctl show @UNIT_PROPERTIES@ docker.service $units 2>&1
 fi
 # A unit's journal: the first error block of its last @JOURNAL_SCAN@ lines with its context (the decisive
-# line of a failure sits above the long tracebacks the other processes print after it), then the last $n
-# lines; every line cut at @LINE_CHARS@ characters, so the output stays bounded.
+# line of a failure sits above the long tracebacks the other processes print after it), the last
+# @ERROR_KEEP@ error lines between that block and the tail (the first error may be an older run's), then the
+# last $n lines; every line cut at @LINE_CHARS@ characters, so the output stays bounded.
 window() {
   cut -c1-@LINE_CHARS@ | awk -v n="$n" -v b=@ERROR_BEFORE@ -v a=@ERROR_AFTER@ '
     { line[NR] = $0 }
@@ -44,6 +45,9 @@ window() {
                for (i = s; i <= last; i++) print line[i] }
       t = NR - n + 1; if (t <= last) t = last + 1; if (t < 1) t = 1
       if (f && t > last + 1) print "@WINDOW_GAP@"
+      k = 0
+      for (i = t - 1; i > last && k < @ERROR_KEEP@; i--) if (line[i] ~ /@ERROR_AWK@/) e[++k] = i
+      for (j = k; j >= 1; j--) print line[e[j]]
       for (i = t; i <= NR; i++) print line[i]
     }'
 }

@@ -116,6 +116,32 @@ def test_the_journal_window_keeps_the_first_error_block_and_the_last_lines(
     )  # once as a line of the boot, once as one of the last hours
 
 
+def test_a_later_failure_after_an_older_error_and_a_long_shutdown_is_still_seen(
+    long_journal: tuple[Path, list[str]],
+) -> None:
+    # The unit's journal holds an older run's error first; the decisive line of the last failure comes
+    # after that block, and the engine's shutdown prints more than the last lines kept after it.
+    bin_dir, _ = long_journal
+    journal_file = next(
+        line for line in (bin_dir / "journalctl").read_text().split() if "journal.txt" in line
+    )
+    old = "ERROR 12-04 20:00:00 [engine.py:1] EngineCore failed to start (an older run)"
+    decisive = next(b for b in BLOCKS if b.failure == "roce-error-cqe-ei0013").lines[0]
+    lines = [old] + [f"INFO older line {i}" for i in range(100)] + [decisive]
+    lines += [f"INFO 12-04 21:59:{i % 60:02d} [shutdown.py:1] closing {i}" for i in range(500)]
+    Path(journal_file).write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    out = subprocess.run(
+        ["sh", "-c", probe_command([], journal_lines=40)], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    node = collect(out)
+    journal = node["journals"]["vllm-chat.service"]
+    assert journal[0] == old and journal[ERROR_AFTER + 1] == WINDOW_GAP  # the block: the line, 60 after
+    assert journal[ERROR_AFTER + 2] == decisive and len(journal) == 1 + ERROR_AFTER + 1 + 1 + 40
+    found = {f.id: f.evidence for f in diagnose(node, EXPECTED, CATALOG)}
+    assert found["roce-error-cqe-ei0013"][0] == f"vllm-chat.service: {decisive}"
+
+
 def test_the_bundle_carries_the_new_sections_redacted(tmp_path: Path) -> None:
     cqe = next(b for b in BLOCKS if b.failure == "roce-error-cqe-ei0013").lines[1]
     probe = node_probe(
