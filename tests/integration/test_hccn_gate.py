@@ -156,8 +156,15 @@ def gated(
 ) -> Gated:
     started = time.monotonic()
     state = gated_cluster(sim_cluster_module_factory, tmp_path_factory, "hccn")
-    # What a site prepares for hccl_test (`provision sim mpi`): MPICH's mpirun and root SSH between the
-    # nodes, so the gate measures the links (test_multinode_upgrade's cluster goes without: not measured).
+    # What a site prepares for hccl_test: the CANN toolkit (hccl_test comes with it, built here), MPICH's
+    # mpirun and root SSH between the nodes (`provision sim mpi`), so the gate measures the links
+    # (test_multinode_upgrade's cluster goes without: not measured).
+    [toolkit] = mirror.build_artifacts(
+        state.inventory.parent / "mirror-cann", arch=os.uname().machine, components=["toolkit"]
+    )
+    for node in ("node1", "node2"):
+        (state.cluster.node(node).root / "root" / toolkit.name).write_bytes(toolkit.read_bytes())
+        state.sh(node, f"sh /root/{toolkit.name} --install --quiet")
     assert state.cluster.install_mpi() == ["node1", "node2"]
     state.timings["cluster + driver + reboot"] = time.monotonic() - started
     return state
