@@ -88,14 +88,19 @@ def long_journal(tmp_path: Path) -> tuple[Path, list[str]]:
     return bin_dir, lines
 
 
+def _probe(bin_dir: Path) -> str:
+    """The doctor probe's output with the stub tools of ``bin_dir`` first on PATH, 40 journal lines."""
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return subprocess.run(
+        ["sh", "-c", probe_command([], journal_lines=40)], capture_output=True, text=True, env=env, check=True
+    ).stdout
+
+
 def test_the_journal_window_keeps_the_first_error_block_and_the_last_lines(
     long_journal: tuple[Path, list[str]],
 ) -> None:
     bin_dir, lines = long_journal
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    out = subprocess.run(
-        ["sh", "-c", probe_command([], journal_lines=40)], capture_output=True, text=True, env=env, check=True
-    ).stdout
+    out = _probe(bin_dir)
     node = collect(out)
     journal = node["journals"]["vllm-chat.service"]
     first_error = lines.index(next(line for line in lines if "EI0013" in line))
@@ -130,10 +135,7 @@ def test_a_later_failure_after_an_older_error_and_a_long_shutdown_is_still_seen(
     lines = [old] + [f"INFO older line {i}" for i in range(100)] + [decisive]
     lines += [f"INFO 12-04 21:59:{i % 60:02d} [shutdown.py:1] closing {i}" for i in range(500)]
     Path(journal_file).write_text("\n".join(lines) + "\n")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    out = subprocess.run(
-        ["sh", "-c", probe_command([], journal_lines=40)], capture_output=True, text=True, env=env, check=True
-    ).stdout
+    out = _probe(bin_dir)
     node = collect(out)
     journal = node["journals"]["vllm-chat.service"]
     assert journal[0] == old and journal[ERROR_AFTER + 1] == WINDOW_GAP  # the block: the line, 60 after
