@@ -13,13 +13,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from provision_sim.serving.balancer import HAProxy, Load, free_port
+from provision_sim.serving.balancer import HAProxy, Load, StateChange, free_port
 
 pytestmark = [
     pytest.mark.unit,
@@ -72,6 +73,12 @@ def nodes(tmp_path: Path) -> Iterator[tuple[int, int, Path]]:
         config.write_text(json.dumps({"drain_dir": str(drain), "timeout_s": 2, "pools": {"smol": health}}))
         argv = [sys.executable, str(SCRIPT), str(config), address, str(ready_port)]
         readiness.append(subprocess.Popen(argv))
+    # HAProxy's first checks must find the readiness endpoints listening: on a loaded host the script's
+    # start took longer than fall x inter, a server went DOWN and UP before the drill began, and those
+    # changes hid the drill's own DOWN and UP.
+    for address in HOSTS.values():
+        url = f"http://{address}:{ready_port}/ready/smol"
+        _until(lambda url=url: _answers(url), lambda url=url: f"{url} to answer 200")
     yield engine_port, ready_port, tmp_path / "n1" / "drain"
     for process in readiness:
         process.terminate()
@@ -81,11 +88,19 @@ def nodes(tmp_path: Path) -> Iterator[tuple[int, int, Path]]:
         server.server_close()
 
 
-def _until(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
+def _until(check: Callable[[], bool], what: Callable[[], str], timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out waiting for {what()}"
         time.sleep(0.1)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
 
 
 def test_a_drained_server_leaves_and_rejoins_without_a_failed_request(
@@ -97,17 +112,22 @@ def test_a_drained_server_leaves_and_rejoins_without_a_failed_request(
         tmp_path / "lb", servers, pool="smol", ready_port=ready_port, inter_s=0.2, fall=2, rise=2
     ) as lb:
         lb.wait_up(list(HOSTS))
+        before = len(lb.changes())
+
+        def changes() -> list[StateChange]:
+            return lb.changes()[before:]
+
         with Load(lb.url, workers=2, pause_s=0.02) as load:
             time.sleep(1)
             (drain / "smol.drained").write_text("")
-            _until(lambda: any(c.state == "DOWN" for c in lb.changes()))
+            _until(lambda: any(c.state == "DOWN" for c in changes()), lambda: f"a DOWN in {changes()}")
             out_at = time.time()
             time.sleep(1)
             (drain / "smol.drained").unlink()
-            _until(lambda: [c.state for c in lb.changes()] == ["DOWN", "UP"])
+            _until(lambda: [c.state for c in changes()] == ["DOWN", "UP"], lambda: f"DOWN, UP in {changes()}")
             time.sleep(1)
         log = lb.log.read_text()
-    down, up = lb.changes()
+    down, up = changes()
     assert (down.server, down.state, up.server, up.state) == ("n1", "DOWN", "n1", "UP")
     assert 'Layer7 wrong status, code: 503, info: "Drained"' in down.reason, down.reason
     assert "Layer7 check passed, code: 200" in up.reason
