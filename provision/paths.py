@@ -25,6 +25,9 @@ _BUNDLED = _PACKAGE_DIR / "_ansible"
 # On the nodes: read by the converged record (provision.converge) and by doctor's probe.
 RECORD_PATH = "/var/lib/provision/converged.json"
 """What the last converged apply left on a node (its fingerprint and observation)."""
+LINKS_PATH = "/var/lib/provision/fabric-links.json"
+"""What the HCCN gate's bandwidth check last measured on a serving group's head (role hccn_gate's
+``hccn_gate_links_record``): the threshold and each NPU pair's figures; doctor shows it."""
 FACT_DIR = "/etc/ansible/facts.d"
 """The nodes' local facts (``*.fact``), as Ansible's setup module reads them."""
 

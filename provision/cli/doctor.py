@@ -27,7 +27,7 @@ from provision.cli._ansible_options import AnsibleArgs, connection_options
 from provision.cli.console import Console
 from provision.doctor.bundle import NodeBundle, write_bundle
 from provision.doctor.catalog import Catalog, shipped
-from provision.doctor.conditions import Expected
+from provision.doctor.conditions import Expected, describe_age
 from provision.doctor.diagnose import NodeReport, NpuAddresses, by_cause, diagnose, npu_addresses
 from provision.doctor.probe import collect, parse_since
 from provision.errors import InputError
@@ -223,7 +223,8 @@ def _diagnose(
         facts=node,
         findings=[asdict(f) for f in findings],
     )
-    return NodeReport(host, findings=findings), bundle
+    links = node.get("links")
+    return NodeReport(host, findings=findings, links=links if isinstance(links, dict) else None), bundle
 
 
 def _secrets(inventory: Inventory, hosts: list[str]) -> list[str]:
@@ -252,6 +253,7 @@ def _print(reports: list[NodeReport], bundle: Path | None, manifest: dict[str, A
     for report in reports:
         if report.ok:
             out.line(f"{report.host:<{width}}  OK")
+            _print_links(out, report)
             continue
         if report.error is not None:
             state = "UNREACHABLE" if not report.reachable else "NOT PROBED"
@@ -269,11 +271,31 @@ def _print(reports: list[NodeReport], bundle: Path | None, manifest: dict[str, A
             out.line(f"    cause: {finding.cause}")
             out.line(f"    fix: {finding.fix}")
             out.line(f"    see: {', '.join(finding.sources)}")
+        _print_links(out, report)
     healthy = sum(r.ok for r in reports)
     out.line(f"{healthy}/{len(reports)} node(s) OK")
     if bundle is not None and manifest is not None:
         size = bundle.stat().st_size
         out.line(f"bundle: {bundle} ({size} bytes, {len(manifest['files'])} files, secrets redacted)")
+
+
+def _print_links(out: Console, report: NodeReport) -> None:
+    """The figures of the last bandwidth check the node (a group's head) keeps, one line per NPU pair."""
+    if not report.links:
+        return
+    age = report.links.get("age_s")
+    when = f"{describe_age(age)} ago" if isinstance(age, int) else "at an unknown time"
+    out.line(f"  NPU links, hccl_test all_reduce_test by the HCCN gate {when}:")
+    for link in report.links.get("links") or []:
+        measured = link.get("bandwidth_gbs")
+        figure = f"{measured:.2f} GB/s" if isinstance(measured, (int, float)) else "not measured"
+        floor = link.get("floor_gbs")
+        against = f" (floor {floor:.2f} GB/s)" if isinstance(floor, (int, float)) else ""
+        verdict = "ok" if link.get("ok") else f"REFUSED: {link.get('problem')}"
+        out.line(
+            f"    {link.get('host')} NPU {link.get('device')} <-> {link.get('peer')} NPU "
+            f"{link.get('peer_device')}: {figure}{against} {verdict}"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -116,6 +116,40 @@ def hccn_link_flapped(node: Facts, expected: Expected) -> list[str]:
     return found
 
 
+def hccn_link_slow(node: Facts, expected: Expected) -> list[str]:
+    """A pair of NPU ports that the HCCN gate's bandwidth check (hccl_test, on a group's head) last found
+    below its floor or failing, in the window (``--since``, by the record's age on the node's clock). A
+    launch that never reached the peer measured no link: not this entry's."""
+    record = node.get("links")
+    if not isinstance(record, Mapping):
+        return []
+    since, age = node.get("since_s"), record.get("age_s")
+    if since and isinstance(age, int) and age > since:
+        return []
+    when = f"{describe_age(age)} ago" if isinstance(age, int) else "at an unknown time"
+    found = []
+    for link in record.get("links") or []:
+        if link.get("ok") or link.get("launch_failed"):
+            continue
+        device, peer_device = link.get("device"), link.get("peer_device")
+        found.append(
+            f"hccl_test all_reduce_test {when}: {link.get('host')} NPU {device} (port eth{device}) <-> "
+            f"{link.get('peer')} NPU {peer_device} (port eth{peer_device}): {link.get('problem')}"
+        )
+    return found
+
+
+def describe_age(seconds: int) -> str:
+    """``42 s``, ``15 min``, ``3 h``, ``2 d``: how long ago, for a person."""
+    if seconds < 120:
+        return f"{max(seconds, 0)} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172800:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
 def _time(text: object) -> datetime | None:
     try:
         return datetime.strptime(" ".join(str(text).split()), LINK_STAT_TIME)
@@ -243,6 +277,7 @@ CONDITIONS: dict[str, Condition] = {
         stack_off_lock,
         hccn_link_down,
         hccn_link_flapped,
+        hccn_link_slow,
         hccn_net_unhealthy,
         hccn_tls_mixed,
         device_nodes_missing,

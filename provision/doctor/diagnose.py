@@ -42,6 +42,9 @@ class NodeReport:
     error: str | None = None
     """Why the node could not be probed (unreachable, the probe failed)."""
     findings: list[Finding] = field(default_factory=list)
+    links: Mapping[str, Any] | None = None
+    """What the HCCN gate's bandwidth check last measured on this node (a group's head): ``age_s``,
+    ``threshold`` and ``links``, each pair's figures (:func:`provision.ascend.hccl_check.link_figures`)."""
 
     @property
     def ok(self) -> bool:
@@ -54,6 +57,7 @@ class NodeReport:
             "reachable": self.reachable,
             "error": self.error,
             "findings": [asdict(f) for f in self.findings],
+            "links": dict(self.links) if self.links is not None else None,
         }
 
 

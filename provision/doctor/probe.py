@@ -37,7 +37,7 @@ from provision.ascend.facts import MARK, PROBE_SCRIPT, facts_from_probe, section
 from provision.ascend.hccn import parse_hccn_link_stat
 from provision.ascend.npu_smi import ParseError
 from provision.ascend.versions import parse_cann_install_info
-from provision.paths import FACT_DIR, RECORD_PATH
+from provision.paths import FACT_DIR, LINKS_PATH, RECORD_PATH
 from provision.scripts import node_script
 from provision.systemd import parse_show, parse_show_units
 
@@ -110,6 +110,7 @@ DOCTOR_SCRIPT = node_script(
     JOURNAL_LINES=str(JOURNAL_LINES),
     FACT_DIR=FACT_DIR,
     RECORD_PATH=RECORD_PATH,
+    LINKS_PATH=LINKS_PATH,
     UNIT_PROPERTIES=" ".join(f"-p {p}" for p in UNIT_PROPERTIES),
     DKMS_TREE=DKMS_TREE,
     PLOG_DIR=PLOG_DIR,
@@ -184,6 +185,7 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
      "dkms_make_log": [lines], "plog": {"path", "lines"} | None, "plog_errors": {path: [lines]},
      "kernel_log": [lines], "hccn": {...hccn_gate.parse_probe},
      "link_stats": {npu: {"current_time", "link_up_count", "records": [[time, "LINK UP"|"LINK DOWN"]]}},
+     "links": {"age_s", "threshold", "links": [figures]} | "unreadable: ..." | None,
      "since_s": seconds | None, "holders": {pid: unit | None}}
     """
     found = sections(text)
@@ -212,6 +214,7 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
         "kernel_log": [],
         "hccn": hccn_gate.parse_probe(text),
         "link_stats": {},
+        "links": None,
         "since_s": None,
         "holders": {},
     }
@@ -248,6 +251,8 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
                 "link_up_count": stat.link_up_count,
                 "records": [list(r) for r in stat.records],
             }
+        elif kind == "links":
+            out["links"] = _links(rest, body)
         elif kind == "window" and body.strip().isdigit() and int(body) > 0:
             out["since_s"] = int(body)
     out["cann"]["toolkits"] = sorted(toolkits)
@@ -271,6 +276,19 @@ def collect(text: str, holders: str = "") -> dict[str, Any]:
         if kind == "cgroup" and pid.isdigit():
             out["holders"][pid] = hccn_gate.unit_of_cgroup(body)
     return out
+
+
+def _links(age: str, body: str) -> dict[str, Any] | str:
+    """The HCCN gate's record of the measured links (:data:`LINKS_PATH`) with its age, or why it cannot be
+    read."""
+    record = _json(body)
+    if not isinstance(record, dict) or not isinstance(record.get("links"), list):
+        return record if isinstance(record, str) else f"unreadable: {LINKS_PATH} holds no list of links"
+    return {
+        "age_s": int(age) if age.lstrip("-").isdigit() else None,
+        "threshold": record.get("threshold"),
+        "links": [link for link in record["links"] if isinstance(link, dict)],
+    }
 
 
 def _os_release(text: str) -> dict[str, str]:

@@ -22,6 +22,9 @@ for f in /usr/local/Ascend/cann-*/*-linux/ascend_toolkit_install.info \
 done
 for f in @FACT_DIR@/*.fact; do [ -r "$f" ] && { b=${f##*/}; sec "fact ${b%.fact}"; cat "$f"; }; done
 [ -r @RECORD_PATH@ ] && { sec record; cat @RECORD_PATH@; }
+# What the HCCN gate last measured of the NPU links (on a group's head), with its age in seconds on the
+# node's own clock (the --since window counts back from it).
+[ -r @LINKS_PATH@ ] && { sec "links $(( $(date +%s) - $(stat -c %Y @LINKS_PATH@) ))"; head -n 5000 @LINKS_PATH@ | cut -c1-@LINE_CHARS@; }
 [ -r /etc/docker/daemon.json ] && { sec daemon.json; cat /etc/docker/daemon.json; }
 # shellcheck disable=SC2012 # unit file names, vllm-<pool>.service: no odd characters
 units=$( { ls /etc/systemd/system/vllm-*.service 2>/dev/null | sed 's|.*/||'

@@ -37,6 +37,7 @@ from typing import Any
 
 import pytest
 
+from provision.doctor.conditions import describe_age
 from provision_sim import hardware
 from provision_sim.cluster import Cluster
 from provision_sim.mirror import run_files as mirror
@@ -316,6 +317,15 @@ def test_a_slowed_link_to_the_worker_is_measured_and_refused_then_passes_cleared
     assert link["bandwidth_gbs"] < 0.25 * link["nominal_gbs"] and link["data_size"] == 67108864
     for node in ("node1", "node2"):
         assert gated.sh(node, f"test -e /etc/systemd/system/{UNIT}", check=False).returncode == 1
+    # The head keeps the figures: doctor shows them and names the pair (the fault is cleared by now; the
+    # record is of the last measurement).
+    seen = doctor_links(gated)
+    assert seen["links"]["links"] == [link]
+    age = describe_age(seen["links"]["age_s"])
+    assert seen["slow"] == [
+        f"hccl_test all_reduce_test {age} ago: node1 NPU {NPU} (port eth{NPU}) <-> "
+        f"node2 NPU {NPU} (port eth{NPU}): {link['problem']}"
+    ]
 
     cleared = provision_cli(
         "apply", str(gated.inventory), "-p", "serve", "-t", "hccn_gate", "--json", runs=gated.runs
@@ -324,6 +334,18 @@ def test_a_slowed_link_to_the_worker_is_measured_and_refused_then_passes_cleared
     [link] = json.loads(cleared.stdout)["links"]
     assert link["ok"] is True and link["problem"] is None
     assert 0.8 * link["nominal_gbs"] < link["bandwidth_gbs"] < link["nominal_gbs"]
+    seen = doctor_links(gated)
+    assert seen["links"]["links"] == [link] and seen["slow"] == []
+
+
+def doctor_links(gated: Gated) -> dict[str, Any]:
+    """What ``provision doctor --json`` says of the head: its record of the links and the evidence of
+    hccn-link-slow (empty when not found)."""
+    done = provision_cli("doctor", str(gated.inventory), "--limit", "node1", "--json", runs=gated.runs)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    [node] = json.loads(done.stdout)["nodes"]
+    slow = [f["evidence"] for f in node["findings"] if f["id"] == "hccn-link-slow"]
+    return {"links": node["links"], "slow": slow[0] if slow else []}
 
 
 def test_a_down_link_refuses_the_whole_group_and_starts_nothing(gated: Gated) -> None:

@@ -128,6 +128,7 @@ def test_json_for_ci_and_an_unreachable_node(
         "reachable": False,
         "error": "ssh: timed out",
         "findings": [],
+        "links": None,
     }
 
 
