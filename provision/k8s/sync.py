@@ -164,13 +164,31 @@ def diff(client: Client, objects: Sequence[Mapping[str, Any]]) -> Outcome:
     outcome = Outcome()
     for obj in objects:
         current = client.get(obj)
-        planned = client.apply(obj, dry_run=True)
+        planned = _without_repeated_metrics(client.apply(obj, dry_run=True))
         owned = _merge(owned_fields(current), owned_fields(planned))
         changed = differences(project(_comparable(current), owned), project(_comparable(planned), owned))
         state = "create" if current is None else ("change" if changed else "unchanged")
         outcome.objects.append({"object": describe(obj), "state": state, "diff": changed if current else []})
     outcome.stale = [describe(found) for found in stale(client, objects)]
     return outcome
+
+
+def _without_repeated_metrics(obj: dict[str, Any]) -> dict[str, Any]:
+    """A HorizontalPodAutoscaler with each ``spec.metrics`` entry once. 1.20 stores an HPA as
+    ``autoscaling/v1`` with its v2 metrics in an annotation; its answer to a dry-run apply of an
+    ``autoscaling/v2beta2`` HPA lists every metric twice (the annotation's copy and the applied one), so
+    the unchanged object read as a change. A rendered HPA never repeats a metric, so nothing is lost."""
+    spec = obj.get("spec")
+    if obj.get("kind") != "HorizontalPodAutoscaler" or not isinstance(spec, dict):
+        return obj
+    metrics = spec.get("metrics")
+    if not isinstance(metrics, list):
+        return obj
+    once: list[Any] = []
+    for metric in metrics:
+        if metric not in once:
+            once.append(metric)
+    return {**obj, "spec": {**spec, "metrics": once}}
 
 
 def apply(client: Client, objects: Sequence[Mapping[str, Any]], *, prune: bool = False) -> Outcome:

@@ -12,7 +12,7 @@ import yaml
 
 from provision.errors import InputError
 from provision.k8s.client import kubeconfig_path, load_config, path_of
-from provision.k8s.sync import differences, project
+from provision.k8s.sync import _without_repeated_metrics, differences, project
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.unit
@@ -172,3 +172,16 @@ def test_projection_keeps_only_the_fields_provision_owns() -> None:
     assert differences(project(live, owned), project(changed, owned)) == []
     moved = {**live, "spec": {**live["spec"], "ports": [{"name": "http", "port": 8001, "protocol": "TCP"}]}}
     assert differences(project(live, owned), project(moved, owned)) == ["spec.ports[0]"]
+
+
+def test_a_repeated_hpa_metric_is_read_once_a_changed_one_still_differs() -> None:
+    # 1.20's answer to a dry-run apply of a v2beta2 HPA repeats each metric (its annotation's copy).
+    metric = {"type": "External", "external": {"metric": {"name": "queue"}, "target": {"value": "4"}}}
+    live = {"kind": "HorizontalPodAutoscaler", "spec": {"maxReplicas": 4, "metrics": [metric]}}
+    answer = {**live, "spec": {**live["spec"], "metrics": [metric, metric]}}
+    assert differences(live, _without_repeated_metrics(answer)) == []
+    retargeted = {**metric, "external": {**metric["external"], "target": {"value": "8"}}}
+    changed = {**live, "spec": {**live["spec"], "metrics": [metric, retargeted]}}
+    assert differences(live, _without_repeated_metrics(changed)) == ["spec.metrics"]
+    deployment = {"kind": "Deployment", "spec": {"metrics": [1, 1]}}
+    assert _without_repeated_metrics(deployment) is deployment

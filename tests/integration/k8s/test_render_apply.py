@@ -118,11 +118,9 @@ def test_apply_is_accepted_idempotent_and_prunes_only_when_asked(
     assert set(_states(again).values()) == {"unchanged"}, again
     code, diff, err = _run(["diff", str(inventory), *CORE], plane, monkeypatch, capsys)
     assert code == 0, err
-    # 1.20 stores an HPA as autoscaling/v1 with its v2 metrics in an annotation; a dry-run apply's answer
-    # comes back without that round trip and differs in spec.metrics although the apply itself (above) is
-    # a no-op. Known and documented (docs/kubernetes.md); every other object reads unchanged.
-    quirk = {f"HorizontalPodAutoscaler/vllm-{pool}": ["spec.metrics"] for pool in ("chat", "batch")}
-    assert {item["object"]: item["diff"] for item in diff["objects"] if item["state"] != "unchanged"} == quirk
+    # 1.20's answer to a dry-run apply of a v2beta2 HPA repeats its metrics; the diff reads past that.
+    assert {item["object"]: item["diff"] for item in diff["objects"] if item["state"] != "unchanged"} == {}
+    assert len(diff["objects"]) == len(_states(first))
     assert diff["stale"] == []
 
     # Drop the pool batch: its objects are named, and stay until --prune.
