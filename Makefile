@@ -56,7 +56,7 @@ lint: setup
 unit: setup
 	$(BIN)/pytest -m unit -q -n $(TEST_WORKERS)
 
-# The Kubernetes test control plane's binaries (kube-apiserver, kube-controller-manager, kube-scheduler),
+# The Kubernetes test rig's binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet),
 # built once from Debian's `kubernetes` source into /var/cache/provision-k8s (tens of minutes the first time,
 # instant after; a failed build stops here with the failing step's output, before any test runs).
 k8s-rig: setup deps

@@ -67,3 +67,15 @@ def _etcd_pids(data_dir: Path) -> set[int]:
             if argv and os.path.basename(argv[0]) == b"etcd" and f"--data-dir={data_dir}".encode() in argv:
                 pids.add(int(entry.name))
     return pids
+
+
+def test_the_serving_certificate_names_the_address_the_apiserver_listens_on(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    from provision_sim.k8s.controlplane import _write_pki
+
+    pki = _write_pki(tmp_path / "pki", "10.200.7.254")
+    cert = x509.load_pem_x509_certificate((pki / "apiserver.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    addresses = {str(a) for a in names.get_values_for_type(x509.IPAddress)}
+    assert {"127.0.0.1", "10.200.7.254", "10.0.0.1"} == addresses

@@ -47,6 +47,9 @@ HPA_SYNC_PERIOD = "2s"
 # apiserver bootstraps name it); the controllers then run with their own service accounts, as in kubeadm.
 ADMIN_USER = "provision-admin"
 _CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+# The kubelets of the rig's nodes (group system:nodes, bound to the ClusterRole system:node by
+# :meth:`ControlPlane.kubelet_kubeconfig`; RBAC no longer binds that group by itself).
+KUBELET_USER = "system:node:rig"
 
 
 class ControlPlaneError(ProvisionError):
@@ -89,6 +92,7 @@ class ControlPlane:
     folder: Path
     server: str
     token: str
+    kubelet_token: str
     ca: Path
     kubeconfig: Path
     components: list[Component] = field(default_factory=list)
@@ -96,9 +100,17 @@ class ControlPlane:
 
     @classmethod
     def start(
-        cls, folder: Path, *, scheduler: bool = False, timeout: float = READY_TIMEOUT_S
+        cls,
+        folder: Path,
+        *,
+        scheduler: bool = False,
+        address: str = "127.0.0.1",
+        timeout: float = READY_TIMEOUT_S,
     ) -> ControlPlane:
         """etcd, kube-apiserver and kube-controller-manager (and ``kube-scheduler`` when asked), ready.
+
+        The apiserver listens on ``address`` (default loopback; a simulated cluster's host address, such as
+        10.200.K.254, lets its nodes' kubelets reach it), everything else on loopback.
 
         Ready means: ``/readyz`` of the apiserver answers ok, the controller-manager's ``/healthz`` answers
         ok, and its service-account controller created the ``default`` service account (without which no
@@ -109,21 +121,24 @@ class ControlPlane:
             build.prepare()
         etcd = _which(ETCD, "etcd-server")
         folder.mkdir(parents=True, exist_ok=True)
-        pki = _write_pki(folder / "pki")
+        pki = _write_pki(folder / "pki", address)
         token = secrets.token_hex(24)
         manager_token = secrets.token_hex(24)
+        kubelet_token = secrets.token_hex(24)
         tokens = folder / "tokens.csv"
         _write_private(
             tokens,
             f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
-            f"{manager_token},{_CONTROLLER_MANAGER_USER},{_CONTROLLER_MANAGER_USER}\n",
+            f"{manager_token},{_CONTROLLER_MANAGER_USER},{_CONTROLLER_MANAGER_USER}\n"
+            f'{kubelet_token},{KUBELET_USER},{KUBELET_USER},"system:nodes"\n',
         )
         ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "controller-manager")}
-        server = f"https://127.0.0.1:{ports['apiserver']}"
+        server = f"https://{address}:{ports['apiserver']}"
         plane = cls(
             folder=folder,
             server=server,
             token=token,
+            kubelet_token=kubelet_token,
             ca=pki / "ca.crt",
             kubeconfig=folder / "kubeconfig",
         )
@@ -153,8 +168,8 @@ class ControlPlane:
                 [
                     str(build.binary("kube-apiserver")),
                     f"--etcd-servers={etcd_url}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
+                    f"--bind-address={address}",
+                    f"--advertise-address={address}",
                     f"--secure-port={ports['apiserver']}",
                     "--insecure-port=0",
                     f"--cert-dir={folder / 'pki'}",
@@ -241,6 +256,27 @@ class ControlPlane:
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=timeout,
         )
+
+    def kubelet_kubeconfig(self, path: Path, ca: str) -> None:
+        """A kubeconfig for a node's kubelet at ``path`` (on the controller), naming the CA as ``ca`` (where
+        the node will find a copy of :attr:`ca`); binds the group ``system:nodes`` to the ClusterRole
+        ``system:node`` first (once)."""
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "provision-rig-nodes"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:node",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}],
+        }
+        with self.client() as http:
+            made = http.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", json=binding)
+            if made.status_code not in (201, 409):
+                raise ControlPlaneError(f"could not bind system:nodes to system:node: {made.text}")
+        _write_kubeconfig(path, self.server, Path(ca), KUBELET_USER, self.kubelet_token)
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of each running component, by name."""
@@ -349,7 +385,7 @@ def _write_kubeconfig(path: Path, server: str, ca: Path, user: str, token: str) 
 # --------------------------------------------------------------------------------------------- PKI
 
 
-def _write_pki(pki: Path) -> Path:
+def _write_pki(pki: Path, address: str = "127.0.0.1") -> Path:
     """The control plane's CA and certificates, and the service-account key pair, written to ``pki``."""
     pki.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = _certificate("provision-rig-ca", None, ca=True)
@@ -358,7 +394,7 @@ def _write_pki(pki: Path) -> Path:
         x509.DNSName(name)
         for name in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
     ]
-    names += [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in sorted({"127.0.0.1", address})]
     # The `kubernetes` Service's cluster IP: the first address of the service range.
     names += [x509.IPAddress(ipaddress.IPv4Network(SERVICE_CIDR)[1])]
     key, cert = _certificate(
