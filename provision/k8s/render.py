@@ -308,7 +308,9 @@ def _mounts(source: str, pool: Pool, plan: PoolPlan) -> tuple[list[dict[str, Any
                 f"{source}: pool {pool.name}, vllm_serve_container_volumes: {src}: no /dev in a pod"
             )
         name = f"host-{len(volumes)}"
-        volumes.append({"name": name, "hostPath": {"path": src, "type": "Directory"}})
+        # No hostPath type: a volume may be a file (a library) or a folder, and `docker run -v` mounts
+        # either; "Directory" stopped the kubelet at a file.
+        volumes.append({"name": name, "hostPath": {"path": src}})
         mounts.append({"name": name, "mountPath": dst, "readOnly": "ro" in rest})
     shm = plan.container.settings.shm_size if plan.container else "1g"
     volumes.append({"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": _size(shm)}})

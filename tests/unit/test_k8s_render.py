@@ -235,6 +235,22 @@ def _copy(tmp_path: Path, extra: str) -> Path:
     return site / "inventory.ini"
 
 
+def test_a_volume_mounts_a_file_or_a_folder_as_docker_does(tmp_path: Path) -> None:
+    # A real kubelet refused hostPath type Directory for a library file the CPU engine mounts; the pod
+    # now mounts what is there, as `docker run -v` does.
+    volumes = ["/opt/models:/models:ro", "/usr/lib/libnuma.so.1:/usr/lib/libnuma.so.1:ro"]
+    inventory = _copy(tmp_path, yaml.safe_dump({"vllm_serve_container_volumes": volumes}))
+    spec = _by_kind(_render(inventory), "Deployment")["vllm-chat"]["spec"]["template"]["spec"]
+    hosts = [volume["hostPath"] for volume in spec["volumes"] if "hostPath" in volume]
+    assert {"path": "/usr/lib/libnuma.so.1"} in hosts and {"path": "/opt/models"} in hosts
+    assert all("type" not in host for host in hosts)
+    (container,) = spec["containers"]
+    mounted = {
+        m["mountPath"]: m["readOnly"] for m in container["volumeMounts"] if m["name"].startswith("host-")
+    }
+    assert mounted.items() >= {"/models": True, "/usr/lib/libnuma.so.1": True}.items()
+
+
 def test_inventory_names_its_own_resource_for_cce(tmp_path: Path) -> None:
     inventory = _copy(tmp_path, "provision_k8s_npu_resource: huawei.com/ascend-1980\n")
     deployment = _by_kind(_render(inventory), "Deployment")["vllm-chat"]
