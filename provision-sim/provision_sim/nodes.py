@@ -214,9 +214,10 @@ def _npu_netns_binding(node: Node) -> list[str]:
     return [f"--bind-ro={network.netns_path(node.npu_netns)}:{inside}"]
 
 
-DATA_DISKS = ("/var/lib/docker", "/var/lib/containers")
-"""Folders a server keeps on a real data disk: container engines' storage. the node root (overlayfs)
-cannot be an overlay2 upper layer, so each node gets these as plain host folders."""
+DATA_DISKS = ("/var/lib/docker", "/var/lib/containers", "/var/lib/containerd")
+"""Folders a server keeps on a real data disk: container engines' storage (docker's, podman's, and
+containerd's for a kubelet). The node root (overlayfs) cannot be an overlay upper layer, so each node gets
+these as plain host folders."""
 
 
 def _data_disk_binds(node: Node) -> list[str]:

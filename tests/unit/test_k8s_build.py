@@ -92,7 +92,7 @@ def test_a_failed_build_leaves_no_stamp_and_says_which_step(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def failing(_say: build.Progress) -> tuple[dict[str, float], str]:
-        build._run(
+        build.run_step(
             ["sh", "-c", "echo 'undefined: openapi.GetOpenAPIDefinitions'; exit 2"], "build kube-apiserver"
         )
         raise AssertionError("not reached")
@@ -108,7 +108,7 @@ def test_a_failed_build_leaves_no_stamp_and_says_which_step(
 def test_a_hung_step_is_ended() -> None:
     began = time.monotonic()
     with pytest.raises(build.BuildError, match=r"could not fetch \(killed after 0 s\)"):
-        build._run(["sleep", "30"], "fetch", timeout=0.3)
+        build.run_step(["sleep", "30"], "fetch", timeout=0.3)
     assert time.monotonic() - began < 10
 
 

@@ -166,7 +166,7 @@ def prepare(*, progress: Progress | None = None, force: bool = False) -> BuildRe
         raise EnvironmentProblem(
             f"cannot create the Kubernetes cache {root}: {exc} (set ${CACHE_ENV})"
         ) from exc
-    with _locked(root / ".lock"):
+    with locked(root / ".lock"):
         if not force and is_built():  # another process finished it while we waited
             return _report_from_stamp(started)
         stamp_path().unlink(missing_ok=True)
@@ -253,8 +253,8 @@ def _fetch() -> Path:
     if found is not None:
         return found
     options = _apt_options()
-    _run(["apt-get", "-q", *options, "update"], "read Debian's source index (apt-get update)")
-    _run(
+    run_step(["apt-get", "-q", *options, "update"], "read Debian's source index (apt-get update)")
+    run_step(
         ["apt-get", "-q", *options, "source", "--download-only", SOURCE_PACKAGE],
         f"download the {SOURCE_PACKAGE} source package (apt-get source)",
         cwd=downloads,
@@ -267,6 +267,13 @@ def _fetch() -> Path:
             f"expected an orig tarball with sha256 {SOURCE_SHA256}, found {tarballs}"
         )
     return found
+
+
+def orig_tarball() -> Path:
+    """The verified orig tarball of the source package (fetched when the cache has none)."""
+    dsc = _fetch()
+    [orig] = [p for p in dsc.parent.glob(f"{SOURCE_PACKAGE}_*.orig.tar.*") if p.name in dsc.read_text()]
+    return orig
 
 
 def _verified_dsc(downloads: Path) -> Path | None:
@@ -288,7 +295,7 @@ def _unpack(dsc: Path, tree: Path) -> None:
         shutil.rmtree(gopath)
     tree.parent.mkdir(parents=True)
     # With Debian's patches (CVE fixes) applied.
-    _run(["dpkg-source", "-x", str(dsc), str(tree)], "unpack the source package (dpkg-source)")
+    run_step(["dpkg-source", "-x", str(dsc), str(tree)], "unpack the source package (dpkg-source)")
     vendored = tree / "vendor" / "github.com" / "modern-go" / "reflect2"
     shutil.rmtree(vendored)
     shutil.copytree(_REFLECT2, vendored, ignore=shutil.ignore_patterns("go.mod", "*_test.go"))
@@ -318,14 +325,14 @@ def _go(env: Mapping[str, str]) -> list[str]:
 
 def _openapi(tree: Path, work: Path, env: Mapping[str, str]) -> None:
     generator = work / "openapi-gen"
-    _run(
+    run_step(
         [*_go(env), "-o", str(generator), "./vendor/k8s.io/kube-openapi/cmd/openapi-gen"],
         "build openapi-gen",
         env=env,
         cwd=tree,
     )
     packages = ",".join(f"{_KUBE_PKG}/{d}" for d in openapi_dirs(tree))
-    _run(
+    run_step(
         [
             "nice",
             "-n",
@@ -389,7 +396,7 @@ def _ldflags() -> str:
 
 def _go_build(tree: Path, name: str, bin_dir: Path, env: Mapping[str, str]) -> None:
     partial = bin_dir / f".{name}.partial"
-    _run(
+    run_step(
         [
             *_go(env),
             "-tags",
@@ -415,7 +422,7 @@ def _go_version() -> str:
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _run(
+def run_step(
     argv: Sequence[str],
     what: str,
     *,
@@ -423,6 +430,7 @@ def _run(
     cwd: Path | None = None,
     timeout: float = STEP_TIMEOUT_S,
 ) -> None:
+    """Run one step of a build; on failure raise :class:`BuildError` naming ``what``, with its output."""
     # Output goes to a file, not a pipe: a Go build writes little, but a pipe nobody reads could still fill.
     with tempfile.TemporaryFile(mode="w+") as log:
         try:
@@ -455,7 +463,8 @@ def _sha256(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing): concurrent builders wait for each other."""
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -480,6 +489,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.summary())
+    from provision_sim.k8s import node  # the node's parts need the source tarball this build fetched
+
+    try:
+        parts = node.node_parts()
+    except ProvisionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"node parts (pause image, CNI plugins) at {parts.pause_image.parent}")
     return 0
 
 

@@ -105,12 +105,16 @@ class ControlPlane:
         *,
         scheduler: bool = False,
         address: str = "127.0.0.1",
+        node_lifecycle: bool = False,
         timeout: float = READY_TIMEOUT_S,
     ) -> ControlPlane:
         """etcd, kube-apiserver and kube-controller-manager (and ``kube-scheduler`` when asked), ready.
 
         The apiserver listens on ``address`` (default loopback; a simulated cluster's host address, such as
-        10.200.K.254, lets its nodes' kubelets reach it), everything else on loopback.
+        10.200.K.254, lets its nodes' kubelets reach it), everything else on loopback. ``node_lifecycle``
+        runs the node lifecycle controller: with real kubelets (:mod:`provision_sim.k8s.node`) it lifts the
+        ``not-ready`` taint a kubelet registers with; without one it would taint and evict the rig's
+        heartbeat-less nodes, so it is off by default.
 
         Ready means: ``/readyz`` of the apiserver answers ok, the controller-manager's ``/healthz`` answers
         ok, and its service-account controller created the ``default`` service account (without which no
@@ -193,6 +197,8 @@ class ControlPlane:
                     f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
                     f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
                     "--enable-aggregator-routing=false",
+                    # A rig node's name does not resolve on the host: reach its kubelet (logs) by address.
+                    "--kubelet-preferred-address-types=InternalIP",
                     "--profiling=false",
                 ],
             )
@@ -212,8 +218,9 @@ class ControlPlane:
                     "--use-service-account-credentials=true",
                     f"--service-account-private-key-file={pki / 'sa.key'}",
                     f"--root-ca-file={pki / 'ca.crt'}",
-                    # No kubelet sends heartbeats: the node lifecycle controller would taint and evict.
-                    "--controllers=*,-nodelifecycle",
+                    # Without kubelets no node sends heartbeats: the node lifecycle controller would taint
+                    # and evict the rig's nodes.
+                    "--controllers=*" if node_lifecycle else "--controllers=*,-nodelifecycle",
                     f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
                     "--profiling=false",
                 ],
