@@ -59,6 +59,10 @@ PROBE_TIMEOUT_S = 5
 LIVENESS_FAILURES = 3
 DRAIN_MARGIN_S = 30
 """Seconds of the grace period after the preStop drain: SIGTERM, and vLLM's own shutdown."""
+ENDPOINT_GRACE_S = 5
+"""Seconds the preStop drain waits before it looks: Kubernetes takes a terminating pod out of the Service's
+endpoints while preStop runs, not before, and each node's kube-proxy drops it a moment later; a request
+routed to the pod in that moment must still find the engine up."""
 
 API_KEY_SECRET = "provision-vllm-api-key"
 API_KEY_FIELD = "api-key"
@@ -276,11 +280,12 @@ def readiness_script(port: int, model: str) -> str:
     )
 
 
-def drain_script(port: int, timeout_s: float) -> str:
-    """preStop: wait until the engine has no request running or waiting, at most the drain timeout (the
-    pod is already out of the Service's endpoints, so nothing new arrives)."""
+def drain_script(port: int, timeout_s: float, grace_s: float = ENDPOINT_GRACE_S) -> str:
+    """preStop: after ``grace_s`` (the endpoints reach every kube-proxy), wait until the engine has no
+    request running or waiting, at most the drain timeout; then the kubelet sends SIGTERM."""
     return (
         "import re,time,urllib.request as r\n"
+        f"time.sleep({grace_s:g})\n"
         f"end=time.time()+{timeout_s:g}\n"
         "while time.time()<end:\n"
         "    try:\n"
@@ -349,7 +354,7 @@ def pod_spec(source: str, pool: Pool, plan: PoolPlan, options: Options, *, serve
         container["lifecycle"] = {
             "preStop": {"exec": {"command": ["python3", "-c", drain_script(plan.port, pool.drain_timeout_s)]}}
         }
-        spec["terminationGracePeriodSeconds"] = int(pool.drain_timeout_s) + DRAIN_MARGIN_S
+        spec["terminationGracePeriodSeconds"] = int(pool.drain_timeout_s) + ENDPOINT_GRACE_S + DRAIN_MARGIN_S
     spec["containers"] = [container]
     spec["volumes"] = volumes
     return spec

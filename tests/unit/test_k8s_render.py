@@ -11,12 +11,16 @@ LeaderWorkerSet CRD, so its pod templates are checked as core Pods and the rest 
 
 from __future__ import annotations
 
+import http.server
 import json
 import shlex
 import shutil
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import kubernetes_validate
 import pytest
@@ -31,6 +35,7 @@ from provision.k8s.render import (
     POD_ADDRESSES,
     Options,
     alert_groups,
+    drain_script,
     render,
     startup_failures,
 )
@@ -199,9 +204,54 @@ def test_startup_failures_round_up() -> None:
 def test_drain_and_grace_period_come_from_the_drain_timeout() -> None:
     deployment = _by_kind(_render(A2), "Deployment")["vllm-chat"]
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] == 120 + 30  # vllm_serve_drain_timeout_s + SIGTERM margin
-    stop = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-1]
-    assert "end=time.time()+120" in stop and "num_requests_(?:running|waiting)" in stop
+    # vllm_serve_drain_timeout_s + the endpoints' grace + SIGTERM margin
+    assert pod["terminationGracePeriodSeconds"] == 120 + 5 + 30
+    stop = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert stop[:2] == ["python3", "-c"] and stop[2] == drain_script(8000, 120)
+
+
+class _Engine(http.server.BaseHTTPRequestHandler):
+    """An engine's /metrics: requests running and waiting, drained one per scrape."""
+
+    left: ClassVar[list[float]] = [2.0]
+
+    def do_GET(self) -> None:
+        body = (
+            f'vllm:num_requests_running{{model_name="m"}} {self.left[0]}\n'
+            'vllm:num_requests_waiting{model_name="m"} 0.0\n'
+        ).encode()
+        self.left[0] = max(self.left[0] - 1, 0)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_drain_waits_out_the_endpoints_grace_then_until_the_engine_is_idle() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        _Engine.left = [0.0]
+        began = time.monotonic()
+        subprocess.run([sys.executable, "-c", drain_script(port, 30, grace_s=0.5)], check=True, timeout=30)
+        idle = time.monotonic() - began
+        _Engine.left = [2.0]  # 2 running: 2 s between looks, idle on the third
+        began = time.monotonic()
+        subprocess.run([sys.executable, "-c", drain_script(port, 30, grace_s=0.5)], check=True, timeout=30)
+        busy = time.monotonic() - began
+        _Engine.left = [9.0]  # never idle within the timeout: the timeout ends it
+        began = time.monotonic()
+        subprocess.run([sys.executable, "-c", drain_script(port, 1, grace_s=0)], check=True, timeout=30)
+        capped = time.monotonic() - began
+    finally:
+        server.shutdown()
+    assert 0.5 <= idle < 2.0, idle
+    assert 4.5 <= busy < 8.0, busy
+    assert 1.0 <= capped < 4.0, capped
 
 
 # ---------------------------------------------------------------------------------- devices, security
