@@ -42,3 +42,16 @@ def test_containerd_keeps_debians_cni_folders_and_names_the_pause_image() -> Non
     config = node.CONTAINERD_CONFIG
     assert f'sandbox_image = "{node.PAUSE_IMAGE}"' in config
     assert 'bin_dir = "/usr/lib/cni"' in config and "restrict_oom_score_adj = true" in config
+
+
+def test_kube_proxy_unit_leaves_the_shared_kernels_conntrack_alone() -> None:
+    unit = node._kube_proxy_unit("node3", "10.200.4.13")
+    start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    flags = start.split()[1:]
+    assert start.split()[0] == f"ExecStart={node.KUBE_PROXY}"
+    assert "--proxy-mode=iptables" in flags and f"--cluster-cidr={node.POD_NETWORK}" in flags
+    assert "--hostname-override=node3" in flags and "--bind-address=10.200.4.13" in flags
+    # Every node shares the host's kernel: kube-proxy must not resize its conntrack table for all of them.
+    assert {"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0"} <= set(flags)
+    # Its metrics and health ports answer on the node's loopback only, as kubeadm's defaults do.
+    assert {"--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256"} <= set(flags)

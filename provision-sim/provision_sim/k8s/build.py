@@ -16,7 +16,7 @@ Everything lives under ``/var/cache/provision-k8s`` (``$PROVISION_K8S_CACHE`` ov
     apt/                 a private apt state with only Debian's deb-src lines (the machine's apt is untouched)
     downloads/           the source package as fetched (.dsc, orig tarball, debian tarball)
     <sha256>/            one build, keyed on the orig tarball's sha256
-        bin/             kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
+        bin/             kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
         stamp.json       what was built, how long it took; written last (the "built" marker)
         .lock            held while building, so concurrent callers wait instead of racing
         work/            the GOPATH and Go's build cache while building; removed once built
@@ -56,7 +56,7 @@ DEFAULT_CACHE = Path("/var/cache/provision-k8s")
 SOURCE_PACKAGE = "kubernetes"
 SOURCE_SHA256 = "b83c0780efb182d928dc63d46488a847f161f04e40a94b96bf5247dd671ecdfc"
 KUBE_VERSION = "v1.20.2"
-COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 
 # What a completed build holds; a stamp that differs from this is built again.
 SPEC: Mapping[str, Any] = {

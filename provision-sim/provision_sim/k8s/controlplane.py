@@ -50,6 +50,8 @@ _CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 # The kubelets of the rig's nodes (group system:nodes, bound to the ClusterRole system:node by
 # :meth:`ControlPlane.kubelet_kubeconfig`; RBAC no longer binds that group by itself).
 KUBELET_USER = "system:node:rig"
+# kube-proxy's user: the apiserver's bootstrap policy binds it to the ClusterRole system:node-proxier.
+KUBE_PROXY_USER = "system:kube-proxy"
 
 
 class ControlPlaneError(ProvisionError):
@@ -93,6 +95,7 @@ class ControlPlane:
     server: str
     token: str
     kubelet_token: str
+    proxy_token: str
     ca: Path
     kubeconfig: Path
     components: list[Component] = field(default_factory=list)
@@ -129,12 +132,14 @@ class ControlPlane:
         token = secrets.token_hex(24)
         manager_token = secrets.token_hex(24)
         kubelet_token = secrets.token_hex(24)
+        proxy_token = secrets.token_hex(24)
         tokens = folder / "tokens.csv"
         _write_private(
             tokens,
             f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
             f"{manager_token},{_CONTROLLER_MANAGER_USER},{_CONTROLLER_MANAGER_USER}\n"
-            f'{kubelet_token},{KUBELET_USER},{KUBELET_USER},"system:nodes"\n',
+            f'{kubelet_token},{KUBELET_USER},{KUBELET_USER},"system:nodes"\n'
+            f"{proxy_token},{KUBE_PROXY_USER},{KUBE_PROXY_USER}\n",
         )
         ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "controller-manager")}
         server = f"https://{address}:{ports['apiserver']}"
@@ -143,6 +148,7 @@ class ControlPlane:
             server=server,
             token=token,
             kubelet_token=kubelet_token,
+            proxy_token=proxy_token,
             ca=pki / "ca.crt",
             kubeconfig=folder / "kubeconfig",
         )
@@ -284,6 +290,11 @@ class ControlPlane:
             if made.status_code not in (201, 409):
                 raise ControlPlaneError(f"could not bind system:nodes to system:node: {made.text}")
         _write_kubeconfig(path, self.server, Path(ca), KUBELET_USER, self.kubelet_token)
+
+    def kube_proxy_kubeconfig(self, path: Path, ca: str) -> None:
+        """A kubeconfig for a node's kube-proxy at ``path``, naming the CA as ``ca`` (as
+        :meth:`kubelet_kubeconfig`); its user is bound to ``system:node-proxier`` by the bootstrap policy."""
+        _write_kubeconfig(path, self.server, Path(ca), KUBE_PROXY_USER, self.proxy_token)
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of each running component, by name."""

@@ -14,8 +14,14 @@ containerd and runc, installed by ``provision apply -p container_runtime`` from 
   with one pod subnet per node (``10.244.<n>.0/24``);
 - the **pause image** built from the same source tree (``build/pause/linux/pause.c``, ``gcc -static`` as
   its Makefile does) and tagged ``k8s.gcr.io/pause:3.4`` (the tree's ``TAG``);
+- **kube-proxy** 1.20.2 from the same build, ``iptables`` mode, so that Services route to the node's pods;
 - the **simulated Ascend device plugin** (:mod:`provision_sim.k8s.device_plugin`), run on the host against
   the node's ``/var/lib/kubelet/device-plugins``, registered once the kubelet listens.
+
+The network an overlay (flannel, Calico) would give, and what stands in for it: flannel's two ``FORWARD``
+accepts for the pod network inside the node (docker, which the container runtime stage set up, makes that
+chain's policy ``DROP``), and on the host routes to the node's pod subnet and to the Service network through
+the node's address, so that tests, Prometheus and ``provision bench`` on the host reach pods and ClusterIPs.
 
 What a systemd-nspawn node does not give a kubelet, and what stands in for it (each kept inside the node):
 
@@ -52,7 +58,7 @@ from provision.errors import EnvironmentProblem, ProvisionError
 from provision_sim import images
 from provision_sim.cluster import Cluster
 from provision_sim.k8s import build, device_plugin
-from provision_sim.k8s.controlplane import ControlPlane
+from provision_sim.k8s.controlplane import SERVICE_CIDR, ControlPlane
 
 PAUSE_IMAGE = "k8s.gcr.io/pause:3.4"
 """The sandbox image: ``build/pause`` of the 1.20.2 tree (``TAG = 3.4``), as its Makefile builds it."""
@@ -63,6 +69,9 @@ READY_TIMEOUT_S = 120.0
 
 KUBELET = "/usr/local/bin/kubelet"
 KUBELET_UNIT = "kubelet.service"
+KUBE_PROXY = "/usr/local/bin/kube-proxy"
+KUBE_PROXY_UNIT = "kube-proxy.service"
+SERVICE_NETWORK = ipaddress.ip_network(SERVICE_CIDR)
 KERNEL_FLAGS_SCRIPT = "/usr/local/libexec/provision-rig/kernel-flags"
 KERNEL_FLAGS = {"vm/overcommit_memory": 1, "kernel/panic": 10, "kernel/panic_on_oops": 1}
 """What the kubelet's container manager sets (``setupKernelTunables``: the others it checks are already
@@ -182,6 +191,7 @@ class KubeNode:
     pod_subnet: str
     plugin: device_plugin.Running | None = None
     images: list[str] = field(default_factory=list)
+    routes: list[str] = field(default_factory=list)
 
     @classmethod
     def join(
@@ -210,6 +220,10 @@ class KubeNode:
         kube._sh(f"systemctl daemon-reload && systemctl enable --now {KUBELET_UNIT}", "start the kubelet")
         deadline = time.monotonic() + timeout
         kube._wait(plane, deadline, "Ready", lambda n: _condition(n, "Ready") == "True")
+        kube._sh(f"systemctl enable --now {KUBE_PROXY_UNIT}", "start kube-proxy")
+        kube._until_proxying(deadline)
+        kube._forward_pod_network()
+        kube._route_from_host()
         kube.plugin = kube._start_plugin(root, ascend_docker, deadline)
         resource = kube.plugin.plugin.resource
         kube._wait(plane, deadline, f"{resource} allocatable", lambda n: resource in _allocatable(n))
@@ -232,12 +246,16 @@ class KubeNode:
         return done.stdout
 
     def leave(self) -> None:
-        """Stop the device plugin and the kubelet (the node's pods stay until the node stops)."""
+        """Stop the device plugin, the kubelet and kube-proxy (the node's pods stay until the node stops),
+        and remove the host's routes to the node's networks."""
+        for route in self.routes:
+            subprocess.run(["ip", "route", "del", *route.split()], capture_output=True, check=False)
+        self.routes = []
         if self.plugin is not None:
             self.plugin.stop()
             self.plugin = None
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.cluster.exec(self.name, ["systemctl", "stop", KUBELET_UNIT], timeout=60)
+            self.cluster.exec(self.name, ["systemctl", "stop", KUBELET_UNIT, KUBE_PROXY_UNIT], timeout=60)
 
     # -- steps ------------------------------------------------------------------------------------------
 
@@ -259,8 +277,46 @@ class KubeNode:
         put("/etc/cni/net.d/10-rig.conflist", json.dumps(_cni_config(self.pod_subnet), indent=2) + "\n")
         put("/etc/kubernetes/pki/ca.crt", plane.ca.read_text())
         plane.kubelet_kubeconfig(root / "etc/kubernetes/kubelet.conf", "/etc/kubernetes/pki/ca.crt")
+        proxy = root / KUBE_PROXY.lstrip("/")
+        shutil.copyfile(build.binary("kube-proxy"), proxy)
+        proxy.chmod(0o755)
+        plane.kube_proxy_kubeconfig(root / "etc/kubernetes/kube-proxy.conf", "/etc/kubernetes/pki/ca.crt")
+        put(f"/etc/systemd/system/{KUBE_PROXY_UNIT}", _kube_proxy_unit(self.name, self.ip))
         put(KERNEL_FLAGS_SCRIPT, _kernel_flags_script(), 0o755)
         put(f"/etc/systemd/system/{KUBELET_UNIT}", _kubelet_unit(self.name, self.ip))
+
+    def _until_proxying(self, deadline: float) -> None:
+        """kube-proxy has synced the Services into iptables once its KUBE-SERVICES chain exists."""
+        while True:
+            done = self.cluster.exec(self.name, ["iptables", "-t", "nat", "-S", "KUBE-SERVICES"])
+            if done.returncode == 0 and "KUBE-" in done.stdout:
+                return
+            if time.monotonic() > deadline:
+                raise NodeError(f"{self.name}: kube-proxy wrote no rules\n{self.journal(KUBE_PROXY_UNIT)}")
+            time.sleep(1.0)
+
+    def _forward_pod_network(self) -> None:
+        """Forward the pod network's traffic through the node, as flannel (whose default network this
+        is) adds to ``FORWARD``: docker, on every node the container runtime stage set up, makes that
+        chain's policy DROP, and kube-proxy accepts only its own marked and established traffic."""
+        for rule in (f"-s {POD_NETWORK} -j ACCEPT", f"-d {POD_NETWORK} -j ACCEPT"):
+            self._sh(f"iptables -C FORWARD {rule} 2>/dev/null || iptables -A FORWARD {rule}", "forward pods")
+
+    def _route_from_host(self) -> None:
+        """The host (where tests, Prometheus and ``provision bench`` run) reaches the node's pods and the
+        Service addresses through the node, as a cluster's routers do: kube-proxy's rules on the node
+        translate a Service address to a pod's."""
+        wanted = [f"{self.pod_subnet} via {self.ip}"]
+        present = subprocess.run(
+            ["ip", "route", "show", str(SERVICE_NETWORK)], capture_output=True, text=True
+        )
+        if not present.stdout.strip():
+            wanted.append(f"{SERVICE_NETWORK} via {self.ip}")
+        for route in wanted:
+            done = subprocess.run(["ip", "route", "replace", *route.split()], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise NodeError(f"{self.name}: ip route replace {route}: {done.stderr.strip()}")
+            self.routes.append(route)
 
     def _start_plugin(self, root: Path, ascend_docker: bool, deadline: float) -> device_plugin.Running:
         while True:  # the kubelet opens its registration socket shortly after it starts
@@ -370,6 +426,34 @@ def _kubelet_unit(name: str, ip: str) -> str:
         f"ExecStartPre={KERNEL_FLAGS_SCRIPT}\n"
         f"ExecStartPre=/bin/sh -c '[ -e /dev/kmsg ] || ln -s /dev/console /dev/kmsg'\n"
         f"ExecStart={KUBELET} {' '.join(flags)}\n"
+        "Restart=always\n"
+        "RestartSec=2\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def _kube_proxy_unit(name: str, ip: str) -> str:
+    flags = [
+        "--kubeconfig=/etc/kubernetes/kube-proxy.conf",
+        f"--hostname-override={name}",
+        f"--bind-address={ip}",
+        "--proxy-mode=iptables",
+        f"--cluster-cidr={POD_NETWORK}",
+        # The conntrack table's size and timeouts are the host kernel's, shared by every node: leave them.
+        "--conntrack-max-per-core=0",
+        "--conntrack-tcp-timeout-established=0",
+        "--conntrack-tcp-timeout-close-wait=0",
+        "--metrics-bind-address=127.0.0.1:10249",
+        "--healthz-bind-address=127.0.0.1:10256",
+        "--v=1",
+    ]
+    return (
+        "[Unit]\n"
+        "Description=kube-proxy (provision test rig)\n"
+        "After=network-online.target\n\n"
+        "[Service]\n"
+        f"ExecStart={KUBE_PROXY} {' '.join(flags)}\n"
         "Restart=always\n"
         "RestartSec=2\n\n"
         "[Install]\n"
