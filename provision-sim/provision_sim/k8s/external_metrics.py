@@ -37,7 +37,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -48,6 +48,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from provision.errors import ProvisionError
+from provision.k8s import autoscale
 from provision_sim.k8s.controlplane import ControlPlane, _certificate, _write_pair
 
 GROUP = "external.metrics.k8s.io"
@@ -533,3 +534,24 @@ def unregister(plane: ControlPlane, *, service: str = SERVICE, namespace: str = 
         http.delete(f"/api/v1/namespaces/{namespace}/services/{service}")
         http.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{READER_BINDING}")
         http.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{READER_ROLE}")
+
+
+@contextlib.contextmanager
+def serving(
+    plane: ControlPlane, prometheus: str, folder: Path, rules: list[ExternalRule] | None = None
+) -> Iterator[tuple[ExternalMetricsServer, float]]:
+    """The external metrics API over ``prometheus`` (a base URL), answering ``rules`` (the product's
+    rendered ones unless given) and registered with ``plane``; yields the server and the seconds until
+    the APIService was ``Available``; unregistered and stopped on exit."""
+    if rules is None:
+        rules = parse_rules(autoscale.adapter_config(), "provision.k8s.autoscale")
+    server = None
+    try:
+        server = ExternalMetricsServer.start(
+            rules, prometheus, folder, plane.folder / "pki" / "front-proxy-ca.crt"
+        )
+        yield server, register(plane, server)
+    finally:
+        unregister(plane)
+        if server is not None:
+            server.stop()
