@@ -66,8 +66,8 @@ missing here is refused at collection, so the cluster is never started twice."""
 _SESSION_CLUSTER_FIXTURES = {"sim_cluster", "sim_inventory", "sim_ansible"}
 K8S_PACKAGE = "tests/integration/k8s/"
 """The tests of the Kubernetes control plane (``k8s_control_plane``). They are in the ``serving`` group: the
-autoscaling drill (``tests/integration/serving/test_autoscale.py``) needs the control plane and the serving
-cluster at once, and one worker running both groups' tests starts each of them once."""
+external metrics path (``tests/integration/serving/test_autoscale.py``) needs the control plane and the
+serving cluster at once, and one worker running both groups' tests starts each of them once."""
 K8S_GROUP = "serving"
 
 

@@ -3,11 +3,17 @@ joined to a real control plane (with the scheduler and the node lifecycle contro
 device plugin advertising its eight 910B3 chips, and the serving image imported into containerd from its
 tarball as an air-gapped site does.
 
-``provision k8s apply`` of a one-pool inventory starts the real vLLM CPU engine in a pod: its startupProbe
-holds readiness through the load without a restart, the pod gets exactly the NPU the device plugin
-allocated and no other, and the engine answers on the pod's address. Chips made unhealthy through the
-simulator's fault knob leave the node's allocatable count, a second replica stays Pending ("Insufficient
-huawei.com/Ascend910") until one chip is healthy again, and is then given exactly that chip.
+``provision k8s apply`` of a one-pool inventory (with its HPA on the queue) starts the real vLLM CPU engine
+in a pod: its startupProbe holds readiness through the load without a restart, the pod gets exactly the NPU
+the device plugin allocated and no other, and the engine answers on the pod's address.
+
+Then the autoscaling drill, end to end: Debian's Prometheus scrapes the pods the rendered ServiceMonitor
+selects (as prometheus-operator would configure it), the rig's external metrics API answers the rendered
+adapter rules, and the real HPA controller scales the Deployment. With six chips made unhealthy through the
+simulator's fault knob, load through the Service (kube-proxy on the node) makes the HPA ask for three
+replicas: one gets the one healthy spare chip, loads and takes traffic, the third stays Pending
+("Insufficient huawei.com/Ascend910"); once the load stops the HPA scales back to one pod while requests
+keep arriving through the Service, and not one fails. No unhealthy chip is ever allocated.
 
 Its own module (and pytest-xdist group): it runs beside the serving group, with a control plane of its own
 (its node lifecycle controller would taint the shared plane's heartbeat-less nodes). Costs: one node with
@@ -18,23 +24,27 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from provision.k8s import autoscale
 from provision_sim import faults
 from provision_sim.cluster import Cluster
+from provision_sim.k8s import external_metrics, prometheus_operator
 from provision_sim.k8s.controlplane import ControlPlane
 from provision_sim.k8s.node import PAUSE_IMAGE, KubeNode
 from provision_sim.serving.image import ensure_serve_image
 from provision_sim.serving.setup import container_volumes, engine_binds, engine_profile_vars
 from tests.conftest import start_cluster
-from tests.helpers import copy_inventory, json_summary, mirror_vars, provision_cli
+from tests.helpers import PROVISION, Prometheus, copy_inventory, json_summary, mirror_vars, provision_cli
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
@@ -42,7 +52,15 @@ POOL = "smol"
 DEPLOYMENT = f"vllm-{POOL}"
 API_KEY = "k8s-node-key"
 RESOURCE = "huawei.com/Ascend910"
-APPLY = ["--kube-version", "1.20", "--no-monitoring", "--autoscaler", "none", "--json"]
+# The ServiceMonitor's CRD is not on the rig's plane (the drill's Prometheus reads the rendered one instead).
+TARGET = 2  # waiting requests per replica, for a 135M-parameter CPU engine (the product's default: 5)
+MAX_REPLICAS = 3
+APPLY = [
+    *("--kube-version", "1.20", "--no-monitoring"),
+    *("--target", f"queue={TARGET}", "--max-replicas", str(MAX_REPLICAS), "--json"),
+]
+STABILISATION_S = 15
+HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
 LOAD_S = 600.0
 
 
@@ -65,14 +83,12 @@ class Rig:
         items: list[dict[str, Any]] = self.get("/api/v1/namespaces/default/pods")["items"]
         return [p for p in items if p["metadata"]["labels"].get("provision.io/pool") == POOL]
 
-    def scale(self, replicas: int) -> None:
+    def merge_patch(self, path: str, patch: dict[str, Any]) -> None:
         with self.plane.client() as http:
             done = http.patch(
-                f"/apis/apps/v1/namespaces/default/deployments/{DEPLOYMENT}/scale",
-                content=json.dumps({"spec": {"replicas": replicas}}),
-                headers={"Content-Type": "application/merge-patch+json"},
+                path, content=json.dumps(patch), headers={"Content-Type": "application/merge-patch+json"}
             )
-        assert done.status_code == 200, done.text
+        assert done.status_code == 200, f"PATCH {path}: {done.status_code} {done.text[:500]}"
 
     def delete_now(self, pod: str) -> None:
         """Force-delete a pod (``kubectl delete --grace-period=0 --force``): the object goes at once, the
@@ -191,6 +207,8 @@ def test_rendered_deployment_serves_the_engine_on_the_npu_it_was_given(rig: Rig)
         f"Deployment/{DEPLOYMENT}": "created",
         f"Service/{DEPLOYMENT}": "created",
         f"PodDisruptionBudget/{DEPLOYMENT}": "created",
+        f"HorizontalPodAutoscaler/{DEPLOYMENT}": "created",
+        "ConfigMap/provision-prometheus-adapter": "created",
     }
 
     def ready() -> dict[str, Any] | None:
@@ -220,50 +238,262 @@ def test_rendered_deployment_serves_the_engine_on_the_npu_it_was_given(rig: Rig)
     assert answer["model"] == "smollm2" and answer["choices"][0]["text"], answer
 
 
-def test_unhealthy_npus_are_never_allocated(rig: Rig) -> None:
+@dataclass
+class MetricPath:
+    """Debian's Prometheus discovering the pool's pods as the rendered ServiceMonitor selects them, and the
+    external metrics API answering the rendered adapter rules from it, registered with the plane."""
+
+    prometheus: Prometheus
+    server: external_metrics.ExternalMetricsServer
+
+
+@pytest.fixture(scope="module")
+def metric_path(rig: Rig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricPath]:
+    folder = tmp_path_factory.mktemp("k8s-node-metrics")
+    rendered = json_summary(
+        provision_cli("k8s", "render", str(rig.inventory), "--kube-version", "1.20", "--json", runs=rig.runs),
+        "k8s render",
+    )
+    [monitor] = [o for o in rendered["items"] if o["kind"] == "ServiceMonitor"]
+    targets = folder / "targets.json"
+    client = rig.plane.client()
+    discovery = prometheus_operator.EndpointsDiscovery(client, ["default"], targets)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": prometheus_operator.scrape_configs(monitor, targets),
+    }
+    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+    prometheus = Prometheus(folder / "prometheus.yml", folder)
+    try:
+        discovery.start()
+        prometheus.start()
+        series = f'{autoscale.QUEUE.series}{{namespace="default",pool="{POOL}"}}'
+        prometheus.wait("the pod's queue", lambda: len(prometheus.query(series)) == 1, timeout=60)
+        url = f"http://127.0.0.1:{prometheus.port}"
+        with external_metrics.serving(rig.plane, url, folder / "external-metrics") as (server, _):
+            yield MetricPath(prometheus, server)
+    finally:
+        prometheus.stop()
+        discovery.stop()
+        client.close()
+
+
+@dataclass
+class Drill:
+    """The load through the Service, and what the drill saw each second."""
+
+    rig: Rig
+    metrics: MetricPath
+    url: str
+    began: float = field(default_factory=time.monotonic)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    allocations: set[str] = field(default_factory=set)
+    batches: int = 0
+
+    def sample(self) -> dict[str, Any]:
+        hpa = self.rig.get(
+            f"/apis/autoscaling/v2beta2/namespaces/default/horizontalpodautoscalers/{DEPLOYMENT}"
+        )
+        scale = self.rig.get(f"/apis/apps/v1/namespaces/default/deployments/{DEPLOYMENT}")["spec"]["replicas"]
+        queue = self.metrics.prometheus.query(f'sum({autoscale.QUEUE.series}{{pool="{POOL}"}})')
+        pods = self.rig.pods()
+        for chips in self.rig.allocated().values():
+            self.allocations.update(chips)
+        point = {
+            "s": round(time.monotonic() - self.began, 1),
+            "queue": float(queue[0]["value"][1]) if queue else 0.0,
+            "desired": int(hpa.get("status", {}).get("desiredReplicas", 0)),
+            "replicas": int(scale),
+            "ready": sum(1 for p in pods if _ready(p) and _live(p)),
+            "pending": sum(1 for p in pods if p["status"].get("phase") == "Pending"),
+        }
+        self.timeline.append(point)
+        return point
+
+    def bench(self, *args: str) -> subprocess.Popen[str]:
+        argv = [*PROVISION, "bench", self.url, "--num-prompts", *args, "--num-warmups", "0", "--json"]
+        env = {
+            **os.environ,
+            "CI": "1",
+            "PROVISION_RUNS_DIR": str(self.rig.runs),
+            "PROVISION_API_KEY": API_KEY,
+        }
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def finish(self, bench: subprocess.Popen[str]) -> dict[str, Any]:
+        out, err = bench.communicate(timeout=600)
+        assert bench.returncode == 0, f"bench through the Service: {out[-2000:]}\n{err[-2000:]}"
+        result: dict[str, Any] = json.loads(out)
+        self.results.append(result)
+        return result
+
+    def batch(self) -> subprocess.Popen[str]:
+        """12 prompts of 2048 tokens, 12 at a time, each batch with prompts of its own: the same seed twice
+        would give the same prompts, and the engine's prefix cache would answer the second batch at once."""
+        self.batches += 1
+        return self.bench(
+            "12",
+            "--max-concurrency",
+            "12",
+            "--random-input-len",
+            "2048",
+            "--random-output-len",
+            "16",
+            "--ignore-eos",
+            "--seed",
+            str(self.batches),
+        )
+
+    def load_until(self, done: Callable[[dict[str, Any]], bool], what: str, timeout: float) -> float:
+        """Batches of long prompts through the Service (the engine prefills one at a time: the others wait)
+        until ``done`` holds for a sample; returns when it held (s since the drill began)."""
+        deadline = time.monotonic() + timeout
+        bench = self.batch()
+        try:
+            while True:
+                point = self.sample()
+                if done(point):
+                    return float(point["s"])
+                assert time.monotonic() < deadline, (
+                    f"{what} not within {timeout:.0f} s: {self.timeline[-10:]}"
+                )
+                if bench.poll() is not None:
+                    self.finish(bench)
+                    bench = self.batch()
+                time.sleep(1.0)
+        finally:
+            self.finish(bench)
+
+    def until(self, done: Callable[[dict[str, Any]], bool], what: str, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while True:
+            point = self.sample()
+            if done(point):
+                return float(point["s"])
+            assert time.monotonic() < deadline, f"{what} not within {timeout:.0f} s: {self.timeline[-10:]}"
+            time.sleep(1.0)
+
+
+def test_the_hpa_scales_out_onto_healthy_npus_under_load_and_back_in_failing_nothing(
+    rig: Rig, metric_path: MetricPath, tmp_path: Path
+) -> None:
     node = rig.cluster.node("node1")
     [serving] = [p for p in rig.pods() if _ready(p)]
     [in_use] = rig.allocated()[serving["metadata"]["uid"]]
     used = int(in_use.rsplit("-", 1)[1])
-    others = [chip for chip in range(8) if chip != used]
-    spare = others[0]
-    health = {str(chip): "Critical" for chip in others}
-    health[str(others[1])] = "Warning"  # any health but OK is unhealthy to the plugin
+    spare = next(chip for chip in range(8) if chip != used)
+    healthy = {f"Ascend910-{used}", f"Ascend910-{spare}"}
+    health = {str(chip): "Critical" for chip in range(8) if chip not in (used, spare)}
+    health[next(iter(health))] = "Warning"  # any health but OK is unhealthy to the plugin
+    # The rendered HPA adds one replica a minute; the drill, one each 5 s. Its scale-down window (the load
+    # budget plus a minute) stays as rendered through the scale-out: a shorter one lets the queue's dips
+    # between batches take the loading replica away before it is ready (a first drill saw exactly that).
+    one_each_5s = [{"type": "Pods", "value": 1, "periodSeconds": 5}]
+    hpa_path = f"/apis/autoscaling/v2beta2/namespaces/default/horizontalpodautoscalers/{DEPLOYMENT}"
+    rendered = rig.get(hpa_path)["spec"]["behavior"]
+    assert rendered["scaleDown"]["stabilizationWindowSeconds"] >= LOAD_S
+    rig.merge_patch(
+        hpa_path, {"spec": {"behavior": {"scaleUp": {**rendered["scaleUp"], "policies": one_each_5s}}}}
+    )
+    service = rig.get(f"/api/v1/namespaces/default/services/{DEPLOYMENT}")
+    drill = Drill(
+        rig, metric_path, f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
+    )
     faults.plant(node, {"npu_health": health})
     try:
-        _until(lambda: rig.allocatable() == 1, "the node's allocatable NPUs to drop to 1", 60, rig)
-        rig.scale(2)
-
-        def unschedulable() -> str | None:
-            for pod in rig.pods():
-                for condition in pod["status"].get("conditions", []):
-                    if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-                        return str(condition["message"])
-            return None
-
-        message = _until(unschedulable, "the second replica to be refused a node", 60, rig)
-        assert f"Insufficient {RESOURCE}" in message
-        time.sleep(5)  # the scheduler retries: nothing may start on an unhealthy chip meanwhile
-        assert len(rig.allocated()) == 1
-
-        del health[str(spare)]
-        faults.plant(node, {"npu_health": health})
-        second = _until(
-            lambda: len(rig.allocated()) == 2 and rig.allocated(), "the second pod's NPU", 90, rig
+        drill.until(
+            lambda p: p["desired"] == 1 and rig.allocatable() == 2, "the HPA's reading, 2 healthy NPUs", 90
         )
-        new = [chips for uid, chips in second.items() if uid != serving["metadata"]["uid"]]
-        assert new == [[f"Ascend910-{spare}"]]
+        load_at = drill.sample()["s"]
+        # Load: the queue rises, the HPA asks for MAX_REPLICAS, one gets the one healthy spare NPU, the last
+        # finds none (Pending); the new replica loads while the first serves, becomes ready, takes traffic.
+        drill.load_until(lambda p: p["replicas"] == MAX_REPLICAS and p["pending"] == 1, "the scale-out", 240)
+        message = _unschedulable(rig)
+        assert message and f"Insufficient {RESOURCE}" in message, message
+        ready_at = drill.load_until(lambda p: p["ready"] == 2, "a second ready replica", LOAD_S)
+        [new] = [p for p in rig.pods() if _ready(p) and p["metadata"]["uid"] != serving["metadata"]["uid"]]
+        assert rig.allocated()[new["metadata"]["uid"]] == [f"Ascend910-{spare}"]
+        served = f'sum(vllm:request_success_total{{pod="{new["metadata"]["name"]}"}})'
+
+        def took_traffic(_: dict[str, Any]) -> bool:
+            found = metric_path.prometheus.query(served)
+            return bool(found) and float(found[0]["value"][1]) >= 2
+
+        drill.load_until(took_traffic, "the new replica to serve through the Service", 120)
+        drill.until(lambda p: p["queue"] == 0, "the queue to empty", 120)
+        idle_at = drill.sample()["s"]
+        # Now the drill shortens the scale-down window to STABILISATION_S, one replica each 5 s.
+        shorter = {"stabilizationWindowSeconds": STABILISATION_S, "policies": one_each_5s}
+        rig.merge_patch(hpa_path, {"spec": {"behavior": {"scaleDown": shorter}}})
+        # Requests keep arriving through the Service while the HPA scales in: not one may fail.
+        trickle = drill.bench(
+            "150", "--request-rate", "3", "--random-input-len", "32", "--random-output-len", "4"
+        )
+        try:
+            back_at = drill.until(
+                lambda p: p["replicas"] == 1 and len(rig.pods()) == 1,
+                "the scale-in to 1 pod",
+                STABILISATION_S + 180,
+            )
+        finally:
+            tail = drill.finish(trickle)
+        assert tail["completed"] == 150 and tail["failed"] == 0, tail
     finally:
-        rig.scale(1)
         faults.clear(node, ["npu_health"])
-        # The ReplicaSet removes the replica still loading. vLLM does not stop on SIGTERM mid-load (seen
-        # here), so the kubelet waits out the whole grace period (150 s) before SIGKILL, and 1.20 keeps
-        # that period for a kill under way even when a shorter one is asked: force-delete it.
-        _until(lambda: len([p for p in rig.pods() if _live(p)]) == 1, "the scale-in", 30, rig)
-        for pod in rig.pods():
-            if not _live(pod):
-                rig.delete_now(pod["metadata"]["name"])
-    _until(lambda: len(rig.pods()) == 1, "the Deployment to be back at one pod", 60, rig)
+        pathname = tmp_path / "timeline.json"
+        pathname.write_text(json.dumps(drill.timeline))
+        print(f"\ndrill timeline ({pathname}): {json.dumps(drill.timeline)}")
+        figure = os.environ.get("PROVISION_K8S_DRILL_PNG")
+        if figure:  # the docs' figure
+            draw(drill.timeline, Path(figure))
+    assert all(r["failed"] == 0 for r in drill.results), [r["failed"] for r in drill.results]
+    # The scale-in waited for the window: the first replica went no sooner than STABILISATION_S after the
+    # queue last asked for MAX_REPLICAS (less the HPA's 2 s sync and Prometheus' 1 s scrape: it may have
+    # read that last high value up to a sync before the drill's own sample did).
+    timeline = drill.timeline
+    topped = next(i for i, p in enumerate(timeline) if p["replicas"] == MAX_REPLICAS)
+    dropped = next(i for i in range(topped, len(timeline)) if timeline[i]["replicas"] < MAX_REPLICAS)
+    high = [p["s"] for p in timeline[:dropped] if p["queue"] > TARGET * (MAX_REPLICAS - 1)]
+    waited = timeline[dropped]["s"] - high[-1]
+    assert waited >= STABILISATION_S - 4, f"a replica went {waited:.1f} s after the last high queue"
+    assert drill.allocations <= healthy, f"an unhealthy NPU was allocated: {drill.allocations - healthy}"
+    asked = [r for r in metric_path.server.seen() if r.user == HPA_USER]
+    assert {r.query for r in asked} == {autoscale.query(autoscale.QUEUE, POOL, "default")}
+    print(
+        f"k8s node drill: load at {load_at:.0f} s; second replica ready {ready_at - load_at:.0f} s after the"
+        f" load began; queue empty at {idle_at:.0f} s; one pod again at {back_at:.0f} s;"
+        f" {sum(r['completed'] for r in drill.results)} requests, 0 failed; the first replica went"
+        f" {waited:.1f} s after the queue last asked for {MAX_REPLICAS}"
+    )
+
+
+def draw(timeline: list[dict[str, Any]], out: Path) -> None:
+    """The drill's timeline as docs/kubernetes.md shows it: replicas asked, ready and Pending, and the
+    pool's queue, over the drill's seconds."""
+    from matplotlib.figure import Figure
+
+    seconds = [p["s"] for p in timeline]
+    figure = Figure(figsize=(9, 4.5), layout="constrained")
+    pods, queue = figure.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+    lines = {"replicas": "replicas (Deployment)", "ready": "ready pods", "pending": "Pending"}
+    for key, label in lines.items():
+        pods.step(seconds, [p[key] for p in timeline], where="post", label=label)
+    pods.set_ylabel("pods")
+    pods.legend(loc="upper right")
+    pods.set_title("HPA on vllm:num_requests_waiting through a real node: out onto the healthy NPU, back in")
+    queue.plot(seconds, [p["queue"] for p in timeline], color="tab:red")
+    queue.set_ylabel("requests waiting")
+    queue.set_xlabel("seconds since the drill began")
+    figure.savefig(out, dpi=100)
+
+
+def _unschedulable(rig: Rig) -> str | None:
+    for pod in rig.pods():
+        for condition in pod["status"].get("conditions", []):
+            if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                return str(condition["message"])
+    return None
 
 
 def _live(pod: dict[str, Any]) -> bool:
