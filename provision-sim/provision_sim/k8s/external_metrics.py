@@ -186,19 +186,21 @@ def selector_matchers(selector: str) -> list[str]:
         if found := _SET.match(part):
             values = [re.escape(v.strip()) for v in found[3].split(",") if v.strip()]
             op = "=~" if found[2] == "in" else "!~"
-            matchers.append(f'{_label(found[1])}{op}"{_escape("|".join(values))}"')
+            matchers.append(f'{label_name(found[1])}{op}"{_escape("|".join(values))}"')
         elif found := _EQ.match(part):
             op = "!=" if found[2] == "!=" else "="
-            matchers.append(f'{_label(found[1])}{op}"{_escape(found[3])}"')
+            matchers.append(f'{label_name(found[1])}{op}"{_escape(found[3])}"')
         elif found := _EXISTS.match(part):
-            matchers.append(f'{_label(found[2])}{"=" if found[1] else "!="}""')
+            matchers.append(f'{label_name(found[2])}{"=" if found[1] else "!="}""')
         else:
             raise RuleError(f"labelSelector {selector!r}: cannot read {part!r}")
     return matchers
 
 
-def _label(name: str) -> str:
-    """A selector key as a Prometheus label name (the adapter's ``/``, ``.`` and ``-`` become ``_``)."""
+def label_name(name: str) -> str:
+    """A Kubernetes label key as a Prometheus label name: every character not valid in one becomes ``_``
+    (prometheus-adapter's selector keys, prometheus-operator's ``sanitizeLabelName``, the ``__meta_*``
+    labels of Prometheus' Kubernetes discovery)."""
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 import httpx
 
 from provision.errors import ProvisionError
+from provision_sim.k8s.external_metrics import label_name
 
 _SPEC_KEYS = {"jobLabel", "selector", "endpoints", "namespaceSelector"}
 _ENDPOINT_KEYS = {"port", "path", "relabelings", "interval"}
@@ -44,11 +44,6 @@ _RELABEL_KEYS = {
 
 class MonitorError(ProvisionError):
     """A ServiceMonitor field this translation does not know."""
-
-
-def _label(name: str) -> str:
-    """prometheus-operator's ``sanitizeLabelName``: every character not valid in a label name is ``_``."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
 def _relabel(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,8 +79,8 @@ def scrape_configs(monitor: Mapping[str, Any], targets: Path, interval: str = "1
                 {
                     "action": "keep",
                     "source_labels": [
-                        f"__meta_kubernetes_service_label_{_label(key)}",
-                        f"__meta_kubernetes_service_labelpresent_{_label(key)}",
+                        f"__meta_kubernetes_service_label_{label_name(key)}",
+                        f"__meta_kubernetes_service_labelpresent_{label_name(key)}",
                     ],
                     "regex": f"({value});true",
                 }
@@ -129,7 +124,7 @@ def scrape_configs(monitor: Mapping[str, Any], targets: Path, interval: str = "1
         if spec.get("jobLabel"):
             relabel.append(
                 {
-                    "source_labels": [f"__meta_kubernetes_service_label_{_label(spec['jobLabel'])}"],
+                    "source_labels": [f"__meta_kubernetes_service_label_{label_name(spec['jobLabel'])}"],
                     "target_label": "job",
                     "regex": "(.+)",
                     "replacement": "${1}",
@@ -156,8 +151,8 @@ def scrape_configs(monitor: Mapping[str, Any], targets: Path, interval: str = "1
 def _meta(prefix: str, labels: Mapping[str, str]) -> dict[str, str]:
     found = {}
     for key, value in labels.items():
-        found[f"__meta_kubernetes_{prefix}_label_{_label(key)}"] = value
-        found[f"__meta_kubernetes_{prefix}_labelpresent_{_label(key)}"] = "true"
+        found[f"__meta_kubernetes_{prefix}_label_{label_name(key)}"] = value
+        found[f"__meta_kubernetes_{prefix}_labelpresent_{label_name(key)}"] = "true"
     return found
 
 
