@@ -375,3 +375,13 @@ def test_link_flap_records_when_the_port_went_down_and_clears(tmp_path: Path) ->
     assert faults.clear(node, ["link_flap"]) == {}
     with pytest.raises(ProvisionError, match=r"hccl_timeout needs node1 running \(`provision sim power"):
         faults.plant(node, {"hccl_timeout": True})
+
+
+def test_no_thread_is_counted_busier_than_the_wall_clock() -> None:
+    # the kernel's counters move by up to a tick around a read: a busy thread read 0.204 s over 0.2 s
+    before = {"10": 1.000, "11": 5.0, "12": 2.0}
+    after = {"10": 1.204, "11": 5.05, "13": 0.03}  # 12 ended inside the window, 13 was born in it
+    assert npusmi._busy_seconds(before, after, 0.2) == pytest.approx(0.2 + 0.05 + 0.03)
+    assert npusmi._busy_seconds(None, after, 0.2) == 0.0
+    # the process-wide fallback (clock ticks, no threads) is taken as read
+    assert npusmi._busy_seconds({"": 3.0}, {"": 3.3}, 0.2) == pytest.approx(0.3)

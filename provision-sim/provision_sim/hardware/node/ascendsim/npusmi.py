@@ -593,33 +593,47 @@ LOAD_WINDOW_S = 0.2
 """How long one npu-smi call watches the holders' CPU time (only when some process holds a chip)."""
 
 
-def _cpu_seconds(proc: str, pid: int) -> float | None:
-    """CPU seconds ``pid`` has run, all its threads: the sum of ``/proc/PID/task/TID/schedstat``'s first
-    field (nanoseconds on a CPU), else utime + stime of ``/proc/PID/stat`` (fields 14 and 15, in clock
-    ticks). The ticks are 10 ms apart: over a 0.2 s window one tick is 5 % of a core, which the ns counter
-    does not round away."""
+def _cpu_seconds(proc: str, pid: int) -> dict[str, float] | None:
+    """CPU seconds ``pid`` has run, by thread: ``/proc/PID/task/TID/schedstat``'s first field (nanoseconds
+    on a CPU), else the whole process under the key ``""`` from utime + stime of ``/proc/PID/stat`` (fields
+    14 and 15, in clock ticks). The ticks are 10 ms apart: over a 0.2 s window one tick is 5 % of a core,
+    which the ns counter does not round away."""
     try:
         tasks = os.listdir(f"{proc}/{pid}/task")
     except OSError:
         tasks = []
-    total_ns, read = 0, False
+    by_thread: dict[str, float] = {}
     for task in tasks:
         try:
-            total_ns += int(Path(f"{proc}/{pid}/task/{task}/schedstat").read_text().split()[0])
-            read = True
+            by_thread[task] = int(Path(f"{proc}/{pid}/task/{task}/schedstat").read_text().split()[0]) / 1e9
         except (OSError, IndexError, ValueError):
             continue  # a thread that ended meanwhile
-    if read:
-        return total_ns / 1e9
+    if by_thread:
+        return by_thread
     try:
         stat = Path(f"{proc}/{pid}/stat").read_text(encoding="utf-8")
     except OSError:
         return None
     fields = stat.rpartition(")")[2].split()
     try:
-        return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+        return {"": (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))}
     except (IndexError, ValueError):
         return None
+
+
+def _busy_seconds(
+    before: Mapping[str, float] | None, after: Mapping[str, float] | None, elapsed: float
+) -> float:
+    """CPU seconds a process ran between two :func:`_cpu_seconds` reads ``elapsed`` apart. The kernel's
+    counters move by up to a scheduler tick around a read (a 0.2 s window saw a single busy thread at 102 %
+    of a core on a loaded machine), and no thread runs longer than the wall clock: each thread's share is
+    capped at ``elapsed`` (the process-wide fallback only by the chip's share, at most 1). A thread that
+    ended inside the window takes its time with it (never below 0); one born inside it counts from 0."""
+    if before is None or after is None:
+        return 0.0
+    if "" in after:
+        return max(0.0, after[""] - before.get("", after[""]))
+    return sum(min(elapsed, max(0.0, ran - before.get(tid, 0.0))) for tid, ran in after.items())
 
 
 def container_holders(proc: str, chip_ids: Iterable[int]) -> dict[int, list[int]]:
@@ -672,11 +686,7 @@ def chip_load(npus: Sequence[Mapping[str, Any]], window_s: float = LOAD_WINDOW_S
     time.sleep(window_s)
     after = {pid: _cpu_seconds("/proc", pid) for pid in pids}
     elapsed = time.monotonic() - started
-    busy: dict[int, float] = {}
-    for pid in pids:
-        a, b = before[pid], after[pid]
-        # a thread that ended inside the window takes its time with it: never below 0
-        busy[pid] = max(0.0, b - a) if a is not None and b is not None else 0.0
+    busy = {pid: _busy_seconds(before[pid], after[pid], elapsed) for pid in pids}
     capacity = elapsed * max(len(cpus), 1)
     return {chip: min(1.0, sum(busy[p] for p in set(group)) / capacity) for chip, group in holders.items()}
 
