@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import warnings
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -30,6 +31,25 @@ REQUIRED_ON: dict[Setting, str] = {
     ),
 }
 """Settings provision refuses to run with turned off, and why."""
+
+IMPORT_NOISE = ("DSA is deprecated", "ansible._internal._ssh._ssh_agent")
+"""(message start, module) of a warning every Ansible start prints and no user can act on: cryptography 51
+deprecates DSA, and ansible-core 2.19 (the last release for Python 3.11) imports its names at start. Only
+that module's warning is hidden; a DSA key the user loads still warns."""
+
+
+def quiet_import_noise() -> None:
+    """Hide :data:`IMPORT_NOISE` in this process (provision imports Ansible to read inventories)."""
+    message, module = IMPORT_NOISE
+    warnings.filterwarnings("ignore", message=message, module=rf"{module.replace('.', '[.]')}\Z")
+
+
+def python_warnings(environ: Mapping[str, str]) -> str:
+    """``PYTHONWARNINGS`` of an Ansible run: the user's filters, then one hiding :data:`IMPORT_NOISE`."""
+    message, module = IMPORT_NOISE
+    ours = f"ignore:{message}:Warning:{module}"
+    theirs = environ.get("PYTHONWARNINGS", "")
+    return f"{theirs},{ours}" if theirs else ours
 
 
 def _read(path: Path) -> dict[Setting, str]:

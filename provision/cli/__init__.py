@@ -113,8 +113,10 @@ def command(argv: list[str] | None = None) -> Any:
 
 def main() -> None:
     """Console-script entry point: typed errors become a message and an exit code, never a traceback."""
+    from provision.ansible_config import quiet_import_noise
     from provision.cli.console import Console
 
+    quiet_import_noise()
     try:
         command(sys.argv[1:])(prog_name="provision")
     except ProvisionError as exc:

@@ -246,10 +246,11 @@ def ansible_env() -> dict[str, str]:
     """The environment of every Ansible run provision starts: the user's ansible.cfg over provision's
     (:mod:`provision.ansible_config`), its collection first on the collections path (then the user's), plain
     output, and host key checking on."""
-    from provision.ansible_config import config_env
+    from provision.ansible_config import config_env, python_warnings
 
     return {
         **config_env(),
+        "PYTHONWARNINGS": python_warnings(os.environ),
         "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([str(paths.collections_path()), user_collections()]),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",

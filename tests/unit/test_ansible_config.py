@@ -181,3 +181,33 @@ def test_the_users_inventory_plugins_win_over_provisions(
     monkeypatch.setattr(constants, "INVENTORY_ENABLED", ["ini"])
     assert load_inventory(inventory).group_hosts("npu_nodes") == ["node1"]  # provision's, for that load
     assert constants.INVENTORY_ENABLED == ["ini"], "put back after the load"
+
+
+def test_ansible_runs_and_provision_print_no_import_noise_and_keep_the_users_filters(
+    somewhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONWARNINGS", "error::ResourceWarning")
+    env = ansible_env()
+    assert env["PYTHONWARNINGS"].startswith("error::ResourceWarning,ignore:DSA is deprecated:")
+    bin_dir = Path(sys.executable).parent
+    run = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "--version"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Warning" not in run.stderr, run.stderr
+    # provision's own process: Ansible's import is quiet, a DSA name the user's code touches still warns.
+    script = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "from provision.ansible_config import quiet_import_noise; quiet_import_noise()\n"
+        "import ansible._internal._ssh._ssh_agent\n"
+        "from cryptography.hazmat.primitives.asymmetric import dsa\n"
+        "import cryptography; print(cryptography.__version__)\n"
+        "dsa.DSAPrivateKey\n"
+    )
+    own = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "_ssh_agent" not in own.stderr, own.stderr
+    if int(own.stdout.split(".")[0]) >= 51:  # DSA is deprecated from cryptography 51 on
+        assert "DSA is deprecated" in own.stderr
