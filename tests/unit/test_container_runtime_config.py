@@ -68,7 +68,9 @@ def test_merge_keeps_every_user_key_and_sets_only_ascend() -> None:
 
 def test_merge_is_idempotent_and_keeps_runtime_args() -> None:
     current = {"runtimes": {"ascend": {"path": "/old/ascend-docker-runtime", "runtimeArgs": ["--debug"]}}}
+    before = json.loads(json.dumps(current))
     once = F.container_runtime_merge_daemon_json(current, RUNTIME)
+    assert current == before  # not modified in place, the runtime it changes included
     assert once["runtimes"]["ascend"] == {"path": RUNTIME, "runtimeArgs": ["--debug"]}
     assert F.container_runtime_merge_daemon_json(once, RUNTIME) == once
 
