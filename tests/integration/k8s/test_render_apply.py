@@ -3,9 +3,11 @@ HPA ``autoscaling/v2beta2``, PDB ``policy/v1beta1``): server-side apply accepts 
 apply changes nothing, a dropped pool's objects are named and removed only with ``--prune``, and kinds the
 cluster does not serve (no prometheus-operator CRDs here) stop the apply before anything is written.
 
-The CRD kinds (LeaderWorkerSet, ServiceMonitor, PodMonitor, PrometheusRule, ScaledObject) are not applied:
-their CRDs are not installed on this apiserver and no registry reachable here carries them; their shape is
-checked against generated schemas in tests/unit/test_k8s_render.py.
+The CRD kinds (LeaderWorkerSet, ServiceMonitor, PodMonitor, PrometheusRule, ScaledObject) are applied once
+their CRDs are installed (``crds.py``: schemas rebuilt from the models generated from the projects' CRDs;
+LeaderWorkerSet's spec unchecked): the apiserver stores each object as rendered (it prunes what its schema
+does not know, so a stored spec equal to the rendered one is a field-by-field check), and a second apply
+changes nothing. No controller acts on them.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from provision.inventory.validate import check
+from provision.k8s.render import Options, render
 from provision_sim.k8s.controlplane import ControlPlane
 from tests.helpers import run_cli
+from tests.integration.k8s import crds
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
@@ -53,20 +59,33 @@ def _exists(plane: ControlPlane, path: str) -> bool:
         return client.get(path).status_code == 200
 
 
-@pytest.fixture
-def namespace(k8s_control_plane: ControlPlane) -> Iterator[str]:
-    """The test's namespace, deleted afterwards: the control plane is shared with the autoscaling drill,
-    whose HPA controller would otherwise keep querying this test's HPAs."""
-    with k8s_control_plane.client() as client:
+@contextmanager
+def _namespace(plane: ControlPlane, name: str) -> Iterator[str]:
+    """Namespace ``name``, deleted afterwards: the control plane is shared with the autoscaling drill, whose
+    HPA controller would otherwise keep querying this test's HPAs. Each test has its own: a namespace being
+    deleted refuses new objects for a while."""
+    with plane.client() as client:
         made = client.post(
             "/api/v1/namespaces",
-            json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
         )
         assert made.status_code in (201, 409), made.text
-    yield NAMESPACE
-    with k8s_control_plane.client() as client:
-        gone = client.delete(f"/api/v1/namespaces/{NAMESPACE}")
+    yield name
+    with plane.client() as client:
+        gone = client.delete(f"/api/v1/namespaces/{name}")
         assert gone.status_code in (200, 202, 404), gone.text
+
+
+@pytest.fixture
+def namespace(k8s_control_plane: ControlPlane) -> Iterator[str]:
+    with _namespace(k8s_control_plane, NAMESPACE) as name:
+        yield name
+
+
+@pytest.fixture
+def crd_namespace(k8s_control_plane: ControlPlane) -> Iterator[str]:
+    with _namespace(k8s_control_plane, f"{NAMESPACE}-crds") as name:
+        yield name
 
 
 def test_apply_is_accepted_idempotent_and_prunes_only_when_asked(
@@ -143,3 +162,53 @@ def test_apply_is_accepted_idempotent_and_prunes_only_when_asked(
         time.sleep(1)
     assert not _exists(plane, deployment)
     assert _exists(plane, f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/vllm-chat")
+
+
+def test_crd_kinds_are_stored_as_rendered_and_a_second_apply_changes_nothing(
+    crd_namespace: str,
+    k8s_control_plane: ControlPlane,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plane, namespace = k8s_control_plane, crd_namespace
+    # The 2-node DeepSeek example: a LeaderWorkerSet, KEDA's ScaledObject and the monitoring kinds.
+    inventory = EXAMPLES / "deepseek-r1-2node" / "inventory.ini"
+    args = ["--kube-version", "1.20", "--autoscaler", "keda", "-n", namespace, "--json"]
+    rendered = render(check(inventory), Options(namespace=namespace, kube_version=(1, 20), autoscaler="keda"))
+    custom = [obj for obj in rendered if obj["kind"] in crds.KINDS]
+    assert {obj["kind"] for obj in custom} == set(crds.KINDS)
+    names = crds.install(plane)
+    try:
+        code, first, err = _run(["apply", str(inventory), *args], plane, monkeypatch, capsys)
+        assert code == 0, err
+        assert set(_states(first).values()) == {"created"}, first
+        assert {f"{obj['kind']}/{obj['metadata']['name']}" for obj in rendered} == set(_states(first))
+        with plane.client() as client:
+            for obj in custom:
+                group, version, plural, _ = crds.KINDS[obj["kind"]]
+                stored = client.get(
+                    f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{obj['metadata']['name']}"
+                ).json()
+                assert stored["spec"] == obj["spec"], f"{obj['kind']}: the apiserver kept another spec"
+                assert stored["metadata"]["labels"] == obj["metadata"]["labels"]
+
+        time.sleep(3)
+        code, again, err = _run(["apply", str(inventory), *args], plane, monkeypatch, capsys)
+        assert code == 0, err
+        assert set(_states(again).values()) == {"unchanged"}, again
+
+        # A field no schema knows is pruned by the apiserver: the check above can fail.
+        rule = next(obj for obj in custom if obj["kind"] == "PrometheusRule")
+        group, version, plural, _ = crds.KINDS["PrometheusRule"]
+        with plane.client() as client:
+            stranger = {**rule, "metadata": {"name": "stranger", "namespace": namespace}}
+            stranger["spec"] = {**rule["spec"], "unknownField": 1}
+            made = client.post(f"/apis/{group}/{version}/namespaces/{namespace}/{plural}", json=stranger)
+            assert made.status_code == 201, made.text
+            assert "unknownField" not in made.json()["spec"]
+            wrong = {**stranger, "metadata": {"name": "wrong", "namespace": namespace}}
+            wrong["spec"] = {"groups": [{"name": "", "rules": []}]}
+            refused = client.post(f"/apis/{group}/{version}/namespaces/{namespace}/{plural}", json=wrong)
+            assert refused.status_code == 422, refused.text
+    finally:
+        crds.remove(plane, names)
