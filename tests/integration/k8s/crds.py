@@ -44,8 +44,7 @@ class SchemaError(ValueError):
 
 def structural(node: dict[str, Any], defs: dict[str, Any], path: str = "") -> dict[str, Any]:
     """The structural OpenAPI v3 schema of one pydantic JSON schema node (``defs``: its ``$defs``)."""
-    if "$ref" in node:
-        return structural({**defs[node["$ref"].rsplit("/", 1)[1]], **_rest(node, "$ref")}, defs, path)
+    node = _deref(node, defs)
     if "allOf" in node and len(node["allOf"]) == 1:
         return structural({**node["allOf"][0], **_rest(node, "allOf")}, defs, path)
     if "anyOf" in node:
