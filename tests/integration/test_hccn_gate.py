@@ -17,9 +17,15 @@ serving. The engine cache is bind-mounted as in ``serving/cluster.py``. One clus
    message naming node2 and NPU 5, and nothing is written or started on either node.
 3. Fault cleared: the gate passes, node1's head starts first, node2's worker only after the head listens on
    its RPC port, the group answers a completion on node1; a second apply changes nothing (the ports the
-   running instance holds are its own).
+   running instance holds are its own), names the head an endpoint and the headless worker none.
+4. ``provision serve status INVENTORY`` shows the head ready and node2 as its worker (not "loading"), and
+   exits 0.
+5. A broken change (an argument vLLM refuses) through ``provision apply -p upgrade``: both nodes go in one
+   batch, the head's engine exits before it opens its RPC port (the worker is not left waiting), the head's
+   gate fails, both nodes restore ``previous/``, the group restarts in order and answers again, and both
+   hosts fail naming both verdicts.
 
-Costs: two engines (~3.6 GB each); 4-8 min on 2 shared cores.
+Costs: two engines (~3.6 GB each), started twice; 8-12 min on 2 shared cores.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from provision.doctor.conditions import describe_age
 from provision_sim import hardware
@@ -158,8 +165,7 @@ def gated(
     started = time.monotonic()
     state = gated_cluster(sim_cluster_module_factory, tmp_path_factory, "hccn")
     # What a site prepares for hccl_test: the CANN toolkit (hccl_test comes with it, built here), MPICH's
-    # mpirun and root SSH between the nodes (`provision sim mpi`), so the gate measures the links
-    # (test_multinode_upgrade's cluster goes without: not measured).
+    # mpirun and root SSH between the nodes (`provision sim mpi`), so the gate measures the links.
     [toolkit] = mirror.build_artifacts(
         state.inventory.parent / "mirror-cann", arch=os.uname().machine, components=["toolkit"]
     )
@@ -173,7 +179,7 @@ def gated(
 
 def gated_cluster(factory: ClusterFactory, tmp_path_factory: pytest.TempPathFactory, purpose: str) -> Gated:
     """A 2-node cluster (openEuler + Ubuntu) with the engine cache bound in, the driver installed (rebooted),
-    and an inventory folder with ``settings()`` as group_vars (test_multinode_upgrade.py uses it too)."""
+    and an inventory folder with ``settings()`` as group_vars."""
     engine.prepare()  # cached: instant after the first time
     folder = tmp_path_factory.mktemp(purpose)
     [driver] = mirror.build_artifacts(folder / "mirror", arch=os.uname().machine, components=["driver"])
@@ -442,9 +448,74 @@ def test_healthy_links_pass_and_the_head_starts_before_the_worker(gated: Gated) 
     assert again.returncode == 0, again.stdout + again.stderr
     repeat = json.loads(again.stdout)
     assert {h: s["changed"] for h, s in repeat["hosts"].items()} == {"node1": 0, "node2": 0}
+    endpoints = {(e["host"], e["pool"]): e for e in repeat["endpoints"]}
+    assert endpoints[("node1", "smol2")]["role"] == "head" and endpoints[("node1", "smol2")]["ready"]
+    assert ("node2", "smol2") not in endpoints, "a headless worker is no endpoint"
     after = {node: unit_show(gated, node) for node in ("node1", "node2")}
     assert [after[n]["ExecMainStartTimestampMonotonic"] for n in after] == [
         shown[n]["ExecMainStartTimestampMonotonic"] for n in shown
     ], "nothing restarted: the ports the running group holds are its own"
     print("\n" + "\n".join(f"{k}: {v:.2f}" for k, v in gated.timings.items()))
     assert re.search(r"\S", complete(f"http://{head_ip}:{POOL['port']}", api_key=API_KEY))
+
+
+def status(state: Gated) -> tuple[int, dict[str, Any]]:
+    done = provision_cli("serve", "status", str(state.inventory), "--json", runs=state.runs, timeout=300)
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except ValueError:
+        pytest.fail(f"serve status printed no JSON (rc {done.returncode}):\n{done.stdout}{done.stderr}")
+
+
+def test_serve_status_shows_the_worker_as_its_heads(gated: Gated) -> None:
+    rc, shown = status(gated)
+    rows = {row["host"]: row for row in shown["endpoints"]}
+    assert rc == 0 and shown["ready"] is True, shown
+    assert (rows["node1"]["state"], rows["node1"]["role"]) == ("ready", "head")
+    worker = rows["node2"]
+    assert (worker["state"], worker["role"], worker["head"], worker["ready"]) == (
+        "worker",
+        "worker",
+        "node1",
+        None,
+    )
+    assert worker["reason"].startswith("worker of node1/smol2 (serving group smol2: node1, node2;"), worker
+    assert f"[{UNIT}: active/running" in worker["reason"], worker
+
+
+BAD_ARG = "--no-such-vllm-flag"
+ARGS = f"/etc/provision/serve/{POOL['name']}/args"
+
+
+def test_a_broken_change_rolls_the_whole_group_back(gated: Gated) -> None:
+    before = {node: gated.sh(node, f"cat {ARGS}").stdout for node in ("node1", "node2")}
+    settings_file = gated.inventory.parent / "group_vars" / "npu_nodes.yml"
+    good = settings_file.read_text()
+    broken = yaml.safe_load(good)  # the fabric test's settings (JSON, a subset of YAML)
+    broken["vllm_serve_profiles"]["smollm2-2node"]["extra_args"] = [BAD_ARG]
+    settings_file.write_text(yaml.safe_dump(broken))
+    try:
+        started = time.monotonic()
+        done = provision_cli("apply", str(gated.inventory), "-p", "upgrade", "--json", runs=gated.runs)
+        seconds = time.monotonic() - started
+    finally:
+        settings_file.write_text(good)
+    assert done.returncode == 1, done.stdout + done.stderr + journals(gated)
+    summary = json.loads(done.stdout)
+    failures = {f["host"]: f["message"] for f in summary["failures"]}
+    assert sorted(failures) == ["node1", "node2"], failures
+    for node, message in failures.items():
+        assert message.startswith(  # [pool]: the failing item of the task's loop over the node's groups
+            f"[smol2] {UNIT} of serving group smol2 (head node1, workers node2) on {node} failed its health "
+            "gate with the new configuration and the group was rolled back to the previous one on node1, "
+            "node2, which is ready again"
+        ), message
+        assert BAD_ARG in message.split("The new configuration failed:")[1], message  # the engine's refusal
+
+    # Both nodes are back on the previous configuration, running, and the group answers again.
+    for node in ("node1", "node2"):
+        assert gated.sh(node, f"cat {ARGS}").stdout == before[node]
+        shown = unit_show(gated, node)
+        assert (shown["ActiveState"], shown["SubState"]) == ("active", "running"), (node, shown)
+    assert complete(f"http://{gated.ip('node1')}:{POOL['port']}", api_key=API_KEY).strip()
+    print(f"\nbroken upgrade + group rollback: {seconds:.1f} s")

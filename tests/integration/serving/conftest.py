@@ -3,8 +3,8 @@
 ``served`` is package-scoped and parametrized by mode: the scenario tests (``test_serve.py``) run in both,
 and a module that needs one mode says so with ``pytest.mark.parametrize("served", ["container"],
 indirect=True)``. pytest groups the tests of one mode together, and the first mode's cluster is torn down
-before the second's starts. Tests marked ``disruptive`` (they leave an engine down) run last in their group;
-every other test leaves the cluster healthy.
+before the second's starts. Tests marked ``disruptive`` (they leave an engine down, or the cluster on another
+configuration) run last in their group; every other test leaves the cluster healthy and as it found it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from tests.integration.serving.cluster import MODES, Served, serve_container, se
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "disruptive: leaves the shared serving cluster degraded; runs last")
+    config.addinivalue_line(
+        "markers", "disruptive: leaves the shared serving cluster degraded or reconfigured; runs last"
+    )
 
 
 @pytest.hookimpl(trylast=True)  # after pytest grouped the tests by the package fixture's parameter

@@ -15,7 +15,9 @@ drain on:
    (``provision_sim.serving.image.official_image``: CMD ["/bin/bash"], CANN's entrypoint, none of ours), for
    which the role supplies the whole command (``vllm_serve_image_command`` auto): node2 serves from it.
 
-Then the cluster goes back to its configuration (``apply -p serve``, both nodes at once) for the next tests.
+The module is ``disruptive``: it runs after every test that needs the cluster's own configuration and leaves
+the cluster as the drill left it (the drain on, ``max_model_len`` 2048, node2 on the official image's
+stand-in), its inventory saying so; going back cost another restart of both engines (~2 min on 2 cores).
 Prints sent / failed / p50 / p99 through HAProxy and the upgrade's slowest tasks.
 """
 
@@ -46,6 +48,7 @@ pytestmark = [
     pytest.mark.engine,
     pytest.mark.slow,
     pytest.mark.parametrize("served", ["container"], indirect=True),
+    pytest.mark.disruptive,
 ]
 
 NODES = ("node1", "node2")
@@ -122,35 +125,24 @@ def _slowest_tasks(run_dir: Path, count: int = 6) -> list[tuple[float, str, str]
 @pytest.fixture(scope="module")
 def balanced(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HAProxy]:
     """The drain on (an apply that installs the readiness endpoints and restarts nothing), HAProxy in
-    front of both engines; afterwards the cluster's own configuration again."""
-    good = served.settings_file.read_text()
-    node2_vars = _host_vars(served, "node2")
+    front of both engines. The cluster stays as the drill leaves it (the module is disruptive: last)."""
     before = _entered(served)
     served.settings_file.write_text(yaml.safe_dump(_settings(served)))
-    try:
-        json_summary(served.apply("--json"), "apply -p serve with the drain on")
-        assert _entered(served) == before, "turning the drain on restarted an engine"
-        servers = {n: f"{served.cluster.node(n).ip}:{PORT}" for n in NODES}
-        lb = HAProxy(
-            tmp_path_factory.mktemp("haproxy"),
-            servers,
-            pool=POOL_NAME,
-            ready_port=READY_PORT,
-            inter_s=INTER_S,
-            fall=FALL,
-            rise=RISE,
-        )
-        with lb:
-            lb.wait_up(list(NODES))
-            yield lb
-    finally:
-        served.settings_file.write_text(good)
-        host_vars(served.inventory, "node2", node2_vars)
-        # The drill left both nodes on its profile, node2 on the official image's stand-in: back to the
-        # cluster's own configuration, both at once (no drain).
-        begun = time.monotonic()
-        json_summary(served.apply("--json"), "apply -p serve back to the cluster's configuration")
-        print(f"\nback to the cluster's configuration: {time.monotonic() - begun:.1f} s")
+    json_summary(served.apply("--json"), "apply -p serve with the drain on")
+    assert _entered(served) == before, "turning the drain on restarted an engine"
+    servers = {n: f"{served.cluster.node(n).ip}:{PORT}" for n in NODES}
+    lb = HAProxy(
+        tmp_path_factory.mktemp("haproxy"),
+        servers,
+        pool=POOL_NAME,
+        ready_port=READY_PORT,
+        inter_s=INTER_S,
+        fall=FALL,
+        rise=RISE,
+    )
+    with lb:
+        lb.wait_up(list(NODES))
+        yield lb
 
 
 def test_each_node_answers_on_its_readiness_endpoint(served: Served, balanced: HAProxy) -> None:
