@@ -670,6 +670,21 @@ class Prometheus:
             time.sleep(every)
 
 
+def gpg_agents(home: Path) -> list[int]:
+    """PIDs of the gpg-agent processes serving the GnuPG home ``home`` (their command lines name it)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if argv and Path(argv[0].decode(errors="replace")).name == "gpg-agent" and str(home).encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
 def gnupg_home(request: pytest.FixtureRequest, folder: Path) -> Path:
     """A private GnuPG home in ``folder`` whose gpg-agent (started by an import or a signature) is stopped
     when the test ends: it would outlive the session."""

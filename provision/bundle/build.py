@@ -417,41 +417,44 @@ def build(
         key, home, generated = repos.ensure_key(output, repo_key, gnupg_home)  # a bad key: before any copy
         if generated:
             report(f"generated the bundle's repository key in {repos.gnupg_dir(output)} (keep it private)")
-    resolved = None
-    if sources.closures:  # after every check above: nothing is downloaded for a build that is refused
-        resolved = closure.resolve(sources.closures, closure.closure_dir(output), report)
-        items += _closure_items(resolved)
+    # Signing with the build's own key starts a gpg-agent in its home: stopped however the build ends
+    # (a refused closure, a failed copy), or it outlives the command.
+    own_agent = home if sign_repos and home == repos.gnupg_dir(output) else None
+    try:
+        resolved = None
+        if sources.closures:  # after every check above: nothing is downloaded for a build that is refused
+            resolved = closure.resolve(sources.closures, closure.closure_dir(output), report)
+            items += _closure_items(resolved)
+            for item in items:
+                if item.path.endswith("/Release") and repos.replaced(item.path) and item.origin is not None:
+                    releases[item.path.rsplit("/", 1)[0]] = item.origin
+            items = [item for item in items if not repos.replaced(item.path)]
+        work = work_dir(output)
+        work.mkdir(exist_ok=True)
+        result = Result(output=output, files=0, bytes=0, archive_bytes=0, skipped=skipped)
+        if resolved is not None:
+            result.packages, result.downloaded = len(resolved.packages), resolved.downloaded
+        entries: list[mf.FileEntry] = []
         for item in items:
-            if item.path.endswith("/Release") and repos.replaced(item.path) and item.origin is not None:
-                releases[item.path.rsplit("/", 1)[0]] = item.origin
-        items = [item for item in items if not repos.replaced(item.path)]
-    work = work_dir(output)
-    work.mkdir(exist_ok=True)
-    result = Result(output=output, files=0, bytes=0, archive_bytes=0, skipped=skipped)
-    if resolved is not None:
-        result.packages, result.downloaded = len(resolved.packages), resolved.downloaded
-    entries: list[mf.FileEntry] = []
-    for item in items:
-        dest = work / item.path
-        sha = _gather(item, dest, result, report)
-        entries.append(
-            mf.FileEntry(
-                path=item.path,
-                sha256=sha,
-                size=dest.stat().st_size,
-                kind=item.kind,
-                source=item.source,
-                version=item.version,
-                variables=list(item.variables),
+            dest = work / item.path
+            sha = _gather(item, dest, result, report)
+            entries.append(
+                mf.FileEntry(
+                    path=item.path,
+                    sha256=sha,
+                    size=dest.stat().st_size,
+                    kind=item.kind,
+                    source=item.source,
+                    version=item.version,
+                    variables=list(item.variables),
+                )
             )
-        )
-    if sign_repos:
-        result.repo_key = key
-        try:
+        if sign_repos:
+            result.repo_key = key
             entries += repos.resign(work, key, home, releases, source=inventory)
-        finally:
-            if home == repos.gnupg_dir(output):
-                repos.stop_agent(home)
+    finally:
+        if own_agent is not None:
+            repos.stop_agent(own_agent)
     entries += _sum_files(work, entries)
     wanted = {entry.path for entry in entries}
     for rel in mf.relative_files(work, skip=mf.OWN_FILES):

@@ -20,7 +20,7 @@ import pytest
 from provision.bundle import closure, repos
 from provision.errors import InputError
 from provision.inventory.roles import role_os_vars
-from tests.helpers import run_cli, write_tree
+from tests.helpers import gpg_agents, run_cli, write_tree
 from tests.unit.test_bundle import make_mirror
 
 pytestmark = [
@@ -370,6 +370,9 @@ def test_a_missing_dependency_is_an_error_naming_it(
         assert "pkg-missing" in err and "pkg-broken" in err, err
         assert node in err
         assert not output.exists()
+        # the refused build had generated its key (which starts gpg-agent), and stopped that agent
+        assert (repos.gnupg_dir(output) / "ready").is_file()
+        assert gpg_agents(repos.gnupg_dir(output)) == []
 
 
 def test_a_node_whose_kernel_is_unknown_is_refused_before_anything_is_fetched(
