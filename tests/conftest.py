@@ -39,9 +39,10 @@ SIM_CLUSTER_NODES = 3
 SIM_CLUSTER_NPUS = 8
 
 # Connect budget of every provision/Ansible run the tests start (Mitogen's covers ssh AND the node's Python
-# starting; provision's own default is 60 s). Engine tests keep idle vLLM CPU engines on the nodes, each of
-# them polling at ~40 % of a core: on 2 shared cores a first contact was seen taking 86 s. A node that is
-# really gone still fails; it takes longer to say so.
+# starting; provision's own default is 60 s). On 2 cores shared with the nodes, their engines loading (three
+# Python processes importing vLLM each, all CPU) and a second worker's tests, a first contact was seen taking
+# 86 s (an idle engine costs ~2 % of a core: it is the loads that crowd the machine). A node that is really
+# gone still fails; it takes longer to say so.
 os.environ.setdefault("ANSIBLE_TIMEOUT", "180")
 
 # sim_ansible(pattern, module, args="", *extra_cli_args, timeout=300)
