@@ -7,7 +7,7 @@ Usage (root, as for `provision sim`):  .venv/bin/python benchmarks/converge.py [
 Brings up a cluster named `bench` of the largest size, converges it once, then times no-op runs (nothing
 left to change) of the same playbooks and roles on node1..nodeN for each size N:
   provision  `provision apply INVENTORY --limit ...`: each node is compared with the record its last apply
-             left (playbooks/converged.yml: one command per node, the health gate, the stack report); a
+             left (playbooks/converged.yml: one command per node, which reports the stack; the health gate); a
              node as recorded runs no role (site.yml only; other playbooks run as `--full`)
   --full     `provision apply INVENTORY --full --limit ...`: every task of every role on every node (our
              ansible.cfg: pipelining, ControlPersist 300 s, forks 50, small fact subsets per play;

@@ -20,6 +20,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from provision.ascend.facts import PROBE_SCRIPT, facts_from_probe
+from provision.ascend.lock import stack_report
 from provision.converge.record import (
     Keys,
     drift,
@@ -36,7 +37,7 @@ from provision.paths import RECORD_PATH
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _VALID_ARGS = frozenset({"fingerprint", "write", "keys", "path"})
+    _VALID_ARGS = frozenset({"fingerprint", "write", "keys", "path", "stack"})
 
     def run(self, tmp: str | None = None, task_vars: Mapping[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
@@ -80,6 +81,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             )
             return result
         reasons = drift(previous, observation.observed, npus, fp)
+        if not reasons:
+            # The stack report a converged node gets (report.yml's), from the local facts just read: the
+            # records path runs this one task per node.
+            try:
+                report = stack_report(observation.local, args.get("stack") or None)
+            except ValueError as exc:  # a stack the lock lacks (validate refuses it before any run)
+                raise AnsibleActionFail(str(exc)) from exc
+            result.update(stack=report, provision_info=report["line"])
         result.update(
             ansible_facts={"ansible_local": observation.local},
             changed=False,

@@ -46,13 +46,7 @@ def ascend_locked_version(key: str, stack: str | None = None) -> str:
     """``lock.stacks[stack][key]`` (the lock's default stack when ``stack`` is empty)."""
     from provision.ascend import lock
 
-    chosen = lock.resolve_stack(stack)
-    name = chosen.name
-    if not chosen.known:
-        raise ValueError(f"provision_stack {name!r} is not in the version lock; known: {lock.stack_names()}")
-    if key not in chosen.versions:
-        raise ValueError(f"the version lock has no {key!r} for stack {name}")
-    return str(chosen.versions[key])
+    return lock.locked_version(key, stack)
 
 
 def ascend_file_checksum(
@@ -77,26 +71,11 @@ def ascend_file_checksum(
 
 
 def ascend_stack_report(local: Mapping[str, Any] | None, stack: str | None = None) -> dict[str, Any]:
-    """A node's ``ansible_local`` versions against the lock: ``{stack, running, locked, differences}``."""
-    local = local or {}
-    ascend = local.get("ascend") or {}
-    cann = local.get("cann") or {}
-    running = {
-        "driver": str((ascend.get("driver") or {}).get("version") or ""),
-        "firmware": str((ascend.get("firmware") or {}).get("version") or ""),
-        "cann": str(cann.get("toolkit") or ""),
-        "nnal": str(cann.get("nnal") or ""),
-    }
+    """A node's ``ansible_local`` versions against the lock: ``{stack, running, locked, differences, line}``
+    (:func:`provision.ascend.lock.stack_report`)."""
     from provision.ascend import lock
 
-    name = lock.resolve_stack(stack).name
-    locked = {key: ascend_locked_version(key, name) for key in running}
-    differences = [
-        f"{key} {running[key] or 'none'} (lock {locked[key]})"
-        for key in running
-        if running[key] != locked[key]
-    ]
-    return {"stack": name, "running": running, "locked": locked, "differences": differences}
+    return lock.stack_report(local, stack)
 
 
 # ------------------------------------------------------------------------------------------------

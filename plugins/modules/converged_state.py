@@ -32,6 +32,10 @@ options:
     description: Where the record lives on the node.
     type: str
     default: /var/lib/provision/converged.json
+  stack:
+    description: Without O(write), the stack of the version lock the node's versions are reported against
+      (its C(provision_stack)); empty for the lock's default.
+    type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -71,4 +75,13 @@ written_at:
   description: When the record was written (UTC, ISO 8601).
   type: str
   returned: always
+stack:
+  description: The node's installed versions against the version lock (the filter
+    C(provision.ascend.ascend_stack_report)'s value, its C(line) the sentence provision prints).
+  type: dict
+  returned: without write, when converged
+provision_info:
+  description: The stack report's C(line), printed by provision for the node.
+  type: str
+  returned: without write, when converged
 """

@@ -137,6 +137,53 @@ def host_stack(variables: Mapping[str, Any]) -> HostStack:
     return resolve_stack(variables.get(STACK_VARIABLE))
 
 
+def locked_version(key: str, stack_name: str | None = None) -> str:
+    """``stacks[stack_name][key]`` of the lock (its default stack when ``stack_name`` is empty); ValueError
+    for a stack or a key the lock does not have."""
+    chosen = resolve_stack(stack_name)
+    if not chosen.known:
+        raise ValueError(
+            f"provision_stack {chosen.name!r} is not in the version lock; known: {stack_names()}"
+        )
+    if key not in chosen.versions:
+        raise ValueError(f"the version lock has no {key!r} for stack {chosen.name}")
+    return str(chosen.versions[key])
+
+
+REPORTED = {"driver": "driver", "firmware": "firmware", "cann": "CANN", "nnal": "NNAL"}
+"""The versions a stack report compares, and their names in its line."""
+
+
+def stack_report(local: Mapping[str, Any] | None, stack_name: str | None = None) -> dict[str, Any]:
+    """A node's ``ansible_local`` versions (provision's local facts) against the lock: ``{stack, running,
+    locked, differences, line}``; ``line`` is the sentence provision prints for the node."""
+    local = local or {}
+    ascend = local.get("ascend") or {}
+    cann = local.get("cann") or {}
+    running = {
+        "driver": str((ascend.get("driver") or {}).get("version") or ""),
+        "firmware": str((ascend.get("firmware") or {}).get("version") or ""),
+        "cann": str(cann.get("toolkit") or ""),
+        "nnal": str(cann.get("nnal") or ""),
+    }
+    name = resolve_stack(stack_name).name
+    locked = {key: locked_version(key, name) for key in running}
+    differences = [
+        f"{key} {running[key] or 'none'} (lock {locked[key]})"
+        for key in running
+        if running[key] != locked[key]
+    ]
+    versions = ", ".join(f"{label} {running[key] or 'none'}" for key, label in REPORTED.items())
+    verdict = "matches the lock" if not differences else "differs from the lock: " + ", ".join(differences)
+    return {
+        "stack": name,
+        "running": running,
+        "locked": locked,
+        "differences": differences,
+        "line": f"stack {name}: {versions}; {verdict}",
+    }
+
+
 def base_image(name: str, line: str, os_variant: str) -> str:
     """The CANN base image vllm-ascend's Dockerfile for hardware ``line`` (``910b``, ``a3``, ``310p``) and
     ``os_variant`` builds on at stack ``name``'s tag; KeyError when the lock has none."""

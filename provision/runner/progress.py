@@ -41,6 +41,8 @@ _RESULT_EVENTS = {
 
 HEARTBEAT_S = 60.0
 """Off a terminal, how often a line says what a still-running task waits for (``PROVISION_HEARTBEAT_S``)."""
+INFO = "provision_info"
+"""A task result's line for the user (converged_state's stack report), printed as debug messages are."""
 
 # A task that says how long it may wait: "... up to 900 s" (the health gate names its load budget so).
 _BUDGET = re.compile(r"\bup to (\d+(?:\.\d+)?) ?s\b")
@@ -178,10 +180,10 @@ class LineProgress:
             self._write(
                 f"  {host:<16} {outcome:<11} {_task(data)} ({unreachable_kind(data.get('res') or {})})"
             )
-        elif (
-            outcome == "ok" and kind == "runner_on_ok" and data.get("task_action") == "ansible.builtin.debug"
-        ):
-            msg = (data.get("res") or {}).get("msg")
+        elif outcome == "ok" and kind == "runner_on_ok":
+            res = data.get("res") or {}
+            # a debug task's message, or the line a provision action has for the user (provision_info)
+            msg = res.get("msg") if data.get("task_action") == "ansible.builtin.debug" else res.get(INFO)
             if msg:
                 self._write(f"  {data.get('host'):<16} {'info':<11} {msg}")
 

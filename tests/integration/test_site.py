@@ -724,7 +724,7 @@ def test_a_third_apply_verifies_each_node_against_its_record_and_runs_no_role(si
     assert sorted(verified.summary["verified"]) == site.names and verified.summary["drift"] == {}
     assert verified.changed() == dict.fromkeys(site.names, 0) and verified.summary["recorded"] == []
     assert verified.summary["playbook"] == "converged"
-    # One comparison per node, the health gate where a pool serves, the stack report; no role task.
+    # One comparison per node (which reports the stack), the health gate where a pool serves; no role task.
     events = [json.loads(p.read_text()) for p in verified.run_dir.glob("artifacts/*/job_events/*.json")]
     roles = {e["event_data"].get("role") for e in events if e.get("event") == "runner_on_ok"}
     assert roles == {None}, roles
@@ -733,8 +733,10 @@ def test_a_third_apply_verifies_each_node_against_its_record_and_runs_no_role(si
     for name in site.names:
         watched = compared[name]["watched"]
         assert watched["paths"] > 20 and watched["units"] >= 1 and watched["packages"] >= 1, (name, watched)
-    reports = {host: res.get("msg") for host, res in verified.results(REPORT_TASK).items()}
+    reports = {host: res["stack"]["line"] for host, res in compared.items()}
     assert reports == dict.fromkeys(site.names, REPORT)
+    assert {host: res["provision_info"] for host, res in compared.items()} == reports
+    assert verified.results(REPORT_TASK) == {}  # no task of its own any more
     endpoints = [(e["host"], e["pool"], e["ready"]) for e in verified.summary["endpoints"]]
     assert endpoints == [(name, "smol", True) for name in SERVING], endpoints
     record = node_json(site.cluster, "node2", "/var/lib/provision/converged.json")

@@ -488,11 +488,20 @@ def test_stack_report_against_the_lock() -> None:
     }
     report = F.ascend_stack_report(local)
     assert report["stack"] == pinned["name"] and report["differences"] == []
+    assert report["line"] == (
+        f"stack {pinned['name']}: driver {pinned['driver']}, firmware {pinned['firmware']}, "
+        f"CANN {pinned['cann']}, NNAL {pinned['nnal']}; matches the lock"
+    )
     local["cann"] = {"toolkit": "8.2.RC1", "nnal": ""}
-    assert F.ascend_stack_report(local)["differences"] == [
+    differing = F.ascend_stack_report(local)
+    assert differing["differences"] == [
         f"cann 8.2.RC1 (lock {pinned['cann']})",
         f"nnal none (lock {pinned['nnal']})",
     ]
+    assert differing["line"].endswith(
+        f"CANN 8.2.RC1, NNAL none; differs from the lock: cann 8.2.RC1 (lock {pinned['cann']}), "
+        f"nnal none (lock {pinned['nnal']})"
+    )
     assert F.ascend_stack_report(None)["running"]["driver"] == ""
 
 

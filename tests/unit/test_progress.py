@@ -65,6 +65,21 @@ def test_line_progress_prints_banners_and_non_ok_results() -> None:
     ]
 
 
+def test_line_progress_prints_debug_messages_and_provision_info_lines_only() -> None:
+    out = io.StringIO()
+    with LineProgress(out) as progress:
+        progress(ev("runner_on_ok", "n1", "Say", task_action="ansible.builtin.debug", res={"msg": "hello"}))
+        progress(ev("runner_on_ok", "n1", "Compare", res={"msg": "as recorded", "provision_info": "stack x"}))
+        progress(ev("runner_on_ok", "n2", "Other", res={"msg": "a module's message"}))
+        progress(
+            ev("runner_on_ok", "n2", "Say", task_action="ansible.builtin.debug", res={"provision_info": "y"})
+        )
+    assert out.getvalue().splitlines() == [
+        "  n1               info        hello",
+        "  n1               info        stack x",
+    ]
+
+
 def test_live_progress_table_has_a_row_per_host_with_counts() -> None:
     console = RichConsole(file=io.StringIO(), width=120, force_terminal=False)
     live = LiveProgress(console)
