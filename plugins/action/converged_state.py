@@ -90,7 +90,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
                 raise AnsibleActionFail(str(exc)) from exc
             result.update(stack=report, provision_info=report["line"])
         result.update(
-            ansible_facts={"ansible_local": observation.local},
             changed=False,
             converged=not reasons,
             drift=reasons,

@@ -150,22 +150,27 @@ def locked_version(key: str, stack_name: str | None = None) -> str:
     return str(chosen.versions[key])
 
 
-REPORTED = {"driver": "driver", "firmware": "firmware", "cann": "CANN", "nnal": "NNAL"}
-"""The versions a stack report compares, and their names in its line."""
+REPORTED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "driver": ("driver", ("ascend", "driver", "version")),
+    "firmware": ("firmware", ("ascend", "firmware", "version")),
+    "cann": ("CANN", ("cann", "toolkit")),
+    "nnal": ("NNAL", ("cann", "nnal")),
+}
+"""The versions a stack report compares: their names in its line, and where provision's local facts
+(``ansible_local``) hold each."""
+
+
+def _local_fact(local: Mapping[str, Any], path: tuple[str, ...]) -> str:
+    found: Any = local
+    for key in path:
+        found = found.get(key) if isinstance(found, Mapping) else None
+    return str(found or "")
 
 
 def stack_report(local: Mapping[str, Any] | None, stack_name: str | None = None) -> dict[str, Any]:
     """A node's ``ansible_local`` versions (provision's local facts) against the lock: ``{stack, running,
     locked, differences, line}``; ``line`` is the sentence provision prints for the node."""
-    local = local or {}
-    ascend = local.get("ascend") or {}
-    cann = local.get("cann") or {}
-    running = {
-        "driver": str((ascend.get("driver") or {}).get("version") or ""),
-        "firmware": str((ascend.get("firmware") or {}).get("version") or ""),
-        "cann": str(cann.get("toolkit") or ""),
-        "nnal": str(cann.get("nnal") or ""),
-    }
+    running = {key: _local_fact(local or {}, path) for key, (_, path) in REPORTED.items()}
     name = resolve_stack(stack_name).name
     locked = {key: locked_version(key, name) for key in running}
     differences = [
@@ -173,7 +178,7 @@ def stack_report(local: Mapping[str, Any] | None, stack_name: str | None = None)
         for key in running
         if running[key] != locked[key]
     ]
-    versions = ", ".join(f"{label} {running[key] or 'none'}" for key, label in REPORTED.items())
+    versions = ", ".join(f"{label} {running[key] or 'none'}" for key, (label, _) in REPORTED.items())
     verdict = "matches the lock" if not differences else "differs from the lock: " + ", ".join(differences)
     return {
         "stack": name,

@@ -503,6 +503,9 @@ def test_stack_report_against_the_lock() -> None:
         f"nnal none (lock {pinned['nnal']})"
     )
     assert F.ascend_stack_report(None)["running"]["driver"] == ""
+    unreadable = {"ascend": "error loading fact - please check content", "cann": {"toolkit": pinned["cann"]}}
+    read = F.ascend_stack_report(unreadable)  # a fact file Ansible could not load: its versions read as none
+    assert read["running"] == {"driver": "", "firmware": "", "cann": pinned["cann"], "nnal": ""}
 
 
 @pytest.mark.parametrize("chip", ["910b", "a3", "310p", "910c"])

@@ -7,14 +7,20 @@ asserted without Ansible. The same path over real SSH is tested in tests/integra
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
 
+from provision.ascend import lock
+from provision.ascend.facts import facts_from_probe
 from provision.converge.engine import converge, fast_path_refusal
 from provision.converge.record import (
     Keys,
@@ -33,10 +39,12 @@ from provision.converge.record import (
 from provision.inventory.load import Inventory
 from provision.inventory.validate import resolve
 from provision.runner.run import HostStats, RunResult, ServedEndpoint
+from tests.helpers import load_module
 
 pytestmark = pytest.mark.unit
 
 PYTHON = "/usr/bin/python3"
+ROOT = Path(__file__).parents[2]
 HEALTHY = {"count": 2, "driver_version": "25.2.0", "health": {"0": "OK", "1": "OK"}}
 
 
@@ -369,3 +377,77 @@ def test_the_local_facts_come_back_for_the_stack_report(tmp_path: Path) -> None:
         PYTHON, keys=None, record=str(tmp_path / "r.json"), facts=str(tmp_path / "none")
     )
     assert parse_observation(sh(missing)).local == {}
+
+
+# -- the converged_state action, its node commands run here -----------------------------------------------
+
+ACTION = load_module("provision_action_converged_state", ROOT / "plugins/action/converged_state.py")
+
+
+def node_at_stack(tmp_path: Path, stack: str) -> tuple[Path, Callable[..., dict[str, Any]]]:
+    """A node here whose local facts report ``stack``'s versions and whose record is as observed: the
+    record's path, and the stand-in for the connection's command (the action's probe + observe command)."""
+    versions = {key: str(lock.stack(stack)[key]) for key in ("driver", "firmware", "cann", "nnal")}
+    facts = tmp_path / "facts.d"
+    facts.mkdir()
+    ascend = {"driver": {"version": versions["driver"]}, "firmware": {"version": versions["firmware"]}}
+    (facts / "ascend.fact").write_text(json.dumps(ascend))
+    (facts / "cann.fact").write_text(json.dumps({"toolkit": versions["cann"], "nnal": versions["nnal"]}))
+    record = tmp_path / "converged.json"
+    observe = observe_command(PYTHON, keys=None, union=True, record=str(record), facts=str(facts))
+
+    def execute(command: str, sudoable: bool = True) -> dict[str, Any]:
+        # the probe's part as a node without npu-smi prints it (one NPU on its PCI bus), then the observer's
+        return {"rc": 0, "stdout": "@@@provision pci\n01:00.0 1200: 19e5:d802 (rev 20)\n" + sh(observe)}
+
+    observed = execute("")["stdout"]
+    npus = npu_summary(facts_from_probe(probe_output(observed))["ascend_npus"])
+    content = new_record("fp-1", parse_observation(observed), npus, "2026-12-07T00:00:00+00:00")
+    sh(write_command(PYTHON, content, record=str(record)))
+    return record, execute
+
+
+def compare_with_action(
+    monkeypatch: pytest.MonkeyPatch, record: Path, execute: Callable[..., dict[str, Any]], **args: Any
+) -> dict[str, Any]:
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    action = ACTION.ActionModule.__new__(ACTION.ActionModule)
+    action._task = SimpleNamespace(
+        args={"fingerprint": "fp-1", "path": str(record), **args}, check_mode=False
+    )
+    action._low_level_execute_command = execute
+    result: dict[str, Any] = action.run(task_vars={"ansible_python_interpreter": PYTHON})
+    return result
+
+
+def test_the_comparison_reports_the_stack_it_is_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    older = "0.18.0"
+    assert older != lock.default_stack_name()
+    record, execute = node_at_stack(tmp_path, older)
+
+    on_it = compare_with_action(monkeypatch, record, execute, stack=older)
+    assert on_it["converged"] is True, on_it["drift"]
+    assert on_it["stack"]["stack"] == older and on_it["stack"]["differences"] == []
+    assert on_it["provision_info"] == on_it["stack"]["line"]
+    assert on_it["provision_info"].startswith(f"stack {older}: ") and on_it["provision_info"].endswith(
+        "; matches the lock"
+    )
+
+    default = compare_with_action(monkeypatch, record, execute, stack="")  # provision_stack unset
+    assert default["converged"] is True and default["stack"]["stack"] == lock.default_stack_name()
+    older_stack, default_stack = lock.stack(older), lock.default_stack()
+    expected = [
+        f"{key} {older_stack[key]} (lock {default_stack[key]})"
+        for key in ("driver", "firmware", "cann", "nnal")
+        if older_stack[key] != default_stack[key]
+    ]
+    assert expected and default["stack"]["differences"] == expected
+    assert default["provision_info"].endswith("; differs from the lock: " + ", ".join(expected))
+
+    with pytest.raises(AnsibleActionFail, match="provision_stack 'no-such' is not in the version lock"):
+        compare_with_action(monkeypatch, record, execute, stack="no-such")
+
+    drifted = compare_with_action(monkeypatch, record, execute, stack=older, fingerprint="fp-2")
+    assert drifted["converged"] is False and "stack" not in drifted and "provision_info" not in drifted
