@@ -12,7 +12,10 @@ Where each "Done when" item of #4 is tested
   ``test_serving_*``, ``test_stack_report_*``. daemon.json: the "container runtime" section below
   (``test_container_runtime_*``). Each stage alone, in more depth: test_repos.py (mirror, stray sources),
   test_driver.py::test_fresh_install_reboots_passes_the_gate_and_reapplies_nothing, test_cann.py (both
-  package layouts), test_npu_pools_local.py, serving/test_serve.py (both modes: rolling upgrade, rollback).
+  package layouts), test_npu_pools_local.py, serving/test_serve.py (container mode: rolling upgrade,
+  rollback). The serving here is service mode's check: ``test_serving_*``, the engines untouched by the
+  ``--full`` and verified applies, a unit disabled by hand in the drift test, and last, a killed engine
+  (``test_serve_status_*``).
 * An upgrade of driver/firmware and CANN uses the upgrade order, reboots in batches, passes the gate:
   test_driver.py::test_stack_upgrade_0_18_to_0_23_goes_firmware_driver_cann_image_one_node_at_a_time (the
   v0.18.0 stack on an A2 and an A3 node -> the default v0.23.0; firmware, driver, CANN in each node's install
@@ -53,8 +56,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +124,8 @@ POOLS = [
     {"name": "batch", "devices": [4, 5, 6, 7], "port": 8001},
 ]
 SERVING = ["node1", "node2"]
+ENGINE_UNIT = "vllm-smol.service"
+ENGINE_ARGS = "/etc/provision/serve/smol/args"
 SERVING_POOLS = [
     {"name": "smol", "devices": [0], "port": 8000, "profile": "smollm2-cpu"},
     {"name": "batch", "devices": [4, 5, 6, 7], "port": 8001},
@@ -226,6 +234,11 @@ def ansible_playbook(inventory: Path, *args: str, home: Path) -> PlainRun:
 def node_json(cluster: Cluster, node: str, path: str) -> Any:
     """A JSON file on a node (local facts, daemon.json ...)."""
     return json.loads(sh(cluster, node, f"cat {path}"))
+
+
+def entered(cluster: Cluster, node: str) -> str:
+    """When the engine's unit last became active on ``node`` (changes with every start)."""
+    return sh(cluster, node, f"systemctl show -P ActiveEnterTimestamp {ENGINE_UNIT}").strip()
 
 
 def env_file(cluster: Cluster, node: str, path: str) -> dict[str, str]:
@@ -415,6 +428,9 @@ class Site:
     again: Run | None = None
     verified: Run | None = None
     air_gap: AirGap | None = None
+    # when each serving node's engine unit last became active: before the --full apply, after the verified
+    entered_before_full: dict[str, str] = field(default_factory=dict)
+    entered_after: dict[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -461,6 +477,8 @@ def serving_settings() -> dict[str, Any]:
         "vllm_serve_mode": "service",
         "vllm_serve_venv": str(engine.engine_venv()),
         "vllm_serve_api_key": API_KEY,
+        # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
+        "vllm_serve_restart_sec": 60,
     }
     settings.update(engine_profile_vars())  # the rig's profile, its model in the engine cache
     return settings
@@ -505,8 +523,10 @@ def site(
         "doctor", str(inventory), "--limit", DRILL_NODE, runs=inventory.parent / "runs"
     )
     # --full: every node runs all of site.yml again, the roles' own idempotence (no record skips a node).
+    state.entered_before_full = {name: entered(cluster, name) for name in SERVING}
     state.again = provision("apply", inventory, "--full")
     state.verified = provision("apply", inventory)  # every node as its record says: site.yml runs nowhere
+    state.entered_after = {name: entered(cluster, name) for name in SERVING}
     state.boots_after = cluster.boots()
     print(
         f"\nsite: sim up {up_s:.1f} s, bundle build {gap.build_s:.1f} s ({gap.files} files,"
@@ -660,6 +680,8 @@ def test_apply_converges_every_host_then_a_second_apply_changes_nothing(site: Si
     assert first.summary["recorded"] == [name for name in site.names if name != DRILL_NODE]
     assert again.summary["recorded"] == site.names
     assert again.summary["verified"] == again.summary["drift"] == {}
+    # converged: the --full apply and the verified one after it restarted no engine
+    assert site.entered_after == site.entered_before_full, "an apply of a converged site restarted an engine"
     print(f"\nsite.yml on 3 nodes: first apply {first.seconds:.1f} s, second (no-op) {again.seconds:.1f} s")
 
 
@@ -749,11 +771,14 @@ def test_a_third_apply_verifies_each_node_against_its_record_and_runs_no_role(si
 
 
 def test_drift_on_two_nodes_runs_site_there_only_and_puts_it_back(site: Site) -> None:
-    """node2's docker is stopped and disabled by hand, node3 loses a pool file: the next apply names both,
-    converges those two nodes with site.yml, verifies node1 (and its endpoint) without running a role."""
+    """node2's docker is stopped and disabled by hand and its engine's unit disabled (left running), node3
+    loses a pool file: the next apply names both, converges those two nodes with site.yml (the engine's unit
+    enabled again, without a restart), verifies node1 (and its endpoint) without running a role."""
     site.converged()
     pool_file = f"/etc/provision/pools/{POOLS[0]['name']}.env"
     site.sh("node2", "systemctl disable --now docker.service docker.socket")
+    site.sh("node2", f"systemctl disable {ENGINE_UNIT}")
+    started = entered(site.cluster, "node2")
     site.sh("node3", f"rm {pool_file}")
     fixed = provision("apply", site.inventory)
     assert fixed.rc == 0, fixed.explain()
@@ -761,6 +786,7 @@ def test_drift_on_two_nodes_runs_site_there_only_and_puts_it_back(site: Site) ->
     drift = fixed.summary["drift"]
     assert sorted(drift) == ["node2", "node3"]
     assert any(r.startswith("unit docker.service: ActiveState active -> inactive") for r in drift["node2"])
+    assert f"unit {ENGINE_UNIT}: UnitFileState enabled -> disabled" in drift["node2"], drift["node2"]
     assert f"{pool_file}: was file, now absent" in drift["node3"], drift["node3"]
     assert fixed.summary["recorded"] == ["node2", "node3"]
     assert sorted(fixed.summary["hosts"]) == site.names
@@ -768,6 +794,8 @@ def test_drift_on_two_nodes_runs_site_there_only_and_puts_it_back(site: Site) ->
         "active",
         "enabled",
     ]
+    assert site.sh("node2", f"systemctl is-enabled {ENGINE_UNIT}").strip() == "enabled"
+    assert entered(site.cluster, "node2") == started, "enabling the unit again restarted the engine"
     assert env_file(site.cluster, "node3", pool_file)["NPU_POOL_PORT"] == str(POOLS[0]["port"])
     assert [e["host"] for e in fixed.summary["endpoints"]] == SERVING
     again = provision("apply", site.inventory)
@@ -983,14 +1011,30 @@ def test_node_pool_files(site: Site) -> None:
 
 
 def test_serving_endpoint_answers_a_completion(site: Site) -> None:
+    """Service mode (the engine from its venv): each serving node answers a completion on its management
+    address, its unit enabled; the API key is in a root-only file, off every command line, and required."""
     site.converged()
     for name in SERVING:  # openEuler and Ubuntu, converged from the bundle alone
         node = site.cluster.node(name)
         assert complete(f"http://{node.ip}:8000", api_key=API_KEY).strip(), f"{name}: an empty completion"
-        assert site.sh(name, "systemctl is-active vllm-smol.service").strip() == "active"
+        assert site.sh(name, f"systemctl is-active {ENGINE_UNIT}").strip() == "active"
+        assert site.sh(name, f"systemctl is-enabled {ENGINE_UNIT}").strip() == "enabled", "survives a reboot"
+        args = site.sh(name, f"cat {ENGINE_ARGS}").splitlines()
+        assert args[:3] == [f"{engine.engine_python()}", "-m", "vllm.entrypoints.openai.api_server"], args
+        assert args[args.index("--port") + 1] == "8000"
+        assert args[args.index("--host") + 1] == node.ip, "the default bind: the management address"
+        secret = site.sh(name, "stat -c '%a %U' /etc/provision/serve/smol/secret.env").split()
+        assert secret == ["600", "root"]
+        processes = site.sh(name, "ps -eo args")
+        assert API_KEY not in processes and API_KEY not in "\n".join(args), "the key stays off command lines"
+    with pytest.raises(urllib.error.HTTPError, match="401"):  # no key, no answer
+        urllib.request.urlopen(f"http://{site.cluster.node('node1').ip}:8000/v1/models", timeout=10)
     for name in ("node3",):  # its pools name no profile: no instance
         units = site.sh(name, "ls /etc/systemd/system | grep '^vllm-' || true").split()
         assert units == [], name
+    shown = provision_cli("serve", "status", str(site.inventory), runs=site.inventory.parent / "runs")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.splitlines()[-1] == "2/2 ready on 2 host(s)", shown.stdout
 
 
 def test_stack_report_matches_the_lock(site: Site) -> None:
@@ -1043,6 +1087,35 @@ def test_container_runtime_daemon_json_engine_and_each_pools_devices(site: Site)
             )
             seen = sorted(n for n in listing.split() if n.startswith("davinci") and n[7:].isdigit())
             assert seen == sorted(f"davinci{d}" for d in pool["devices"]), (name, pool, seen)
+
+
+def test_serve_status_reads_a_killed_engine_as_failed_with_the_journal(site: Site) -> None:
+    """The last test on ``site``: node2's engine is left down (it restarts vllm_serve_restart_sec later)."""
+    site.converged()
+    site.sh("node2", f"systemctl kill --signal=SIGKILL {ENGINE_UNIT}")
+    runs = site.inventory.parent / "runs"
+    shown = provision_cli("serve", "status", str(site.inventory), runs=runs)
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    node1 = next(line for line in lines if line.startswith("node1 "))
+    node2 = next(line for line in lines if line.startswith("node2 "))
+    url = {name: f"http://{site.cluster.node(name).ip}:8000" for name in SERVING}
+    assert node1.split()[:4] == ["node1", "smol", url["node1"], "ready"]
+    assert node2.split()[:4] == ["node2", "smol", url["node2"], "failed"]
+    # After SIGKILL of the main process systemd first stops the unit's other processes (deactivating/
+    # stop-sigterm), then waits RestartSec (activating/auto-restart): either is right.
+    assert "the engine process is not running" in node2
+    assert re.search(
+        rf"{re.escape(ENGINE_UNIT)}: (deactivating/stop-sig(term|kill)|activating/auto-restart)", node2
+    )
+    ended = "Main process exited, code=killed, status=9/KILL"
+    assert any(ended in line for line in lines if "| " in line), lines
+    assert lines[-1] == "1/2 ready on 2 host(s)"
+
+    report = json.loads(provision_cli("serve", "status", str(site.inventory), "--json", runs=runs).stdout)
+    assert report["ready"] is False
+    states = {(row["host"], row["pool"]): row["state"] for row in report["endpoints"]}
+    assert states == {("node1", "smol"): "ready", ("node2", "smol"): "failed"}
 
 
 # -- drills: three faulty nodes and a healthy one, plain ansible-playbook ------------------------------------

@@ -1,20 +1,21 @@
 """The shared serving cluster: two simulated nodes (openEuler 22.03, Ubuntu 22.04) serving the REAL vLLM CPU
-engine (SmolLM2-135M) through the vllm_serve role, in one of its two modes.
+engine (SmolLM2-135M) through the vllm_serve role in container mode (the role's default).
 
-- ``service``: the engine from a venv (``vllm_serve_mode: service``). The engine cache
-  (``provision_sim.serving.vllm_cpu``) is bind-mounted read-only into each node at its host path, so
-  ``vllm-smol.service`` runs the cached venv's Python as a production venv would. No mirror, no driver.
-- ``container`` (the role's default mode): the repos, driver and container_runtime stages first (the nodes get
-  the simulated driver with ``npu-smi`` and ``/dev/davinciN``, a real dockerd and the simulated Ascend Docker
-  Runtime from the cluster's mirror); the serving image is built here from the nodes' base rootfs
-  (``provision_sim.serving.image``) and put on the mirror (``images/`` + ``sha256sums.txt``), and the role
-  downloads it, verifies it, ``docker load``s it and removes the tarball, as an air-gapped site does. node1
-  gives its container the pool's NPU through the Ascend runtime (``ASCEND_VISIBLE_DEVICES``), node2 with
-  ``--device``. Before the first apply, node1 is sent a wrong ``vllm_serve_image_checksum`` (refused, nothing
-  loaded). This is the cluster the day-2 tests (observability, bench, doctor) share.
+The repos, driver and container_runtime stages run first (the nodes get the simulated driver with ``npu-smi``
+and ``/dev/davinciN``, a real dockerd and the simulated Ascend Docker Runtime from the cluster's mirror); the
+serving image is built here from the nodes' base rootfs (``provision_sim.serving.image``) and put on the
+mirror (``images/`` + ``sha256sums.txt``), and the role downloads it, verifies it, ``docker load``s it and
+removes the tarball, as an air-gapped site does. node1 gives its container the pool's NPU through the Ascend
+runtime (``ASCEND_VISIBLE_DEVICES``), node2 with ``--device``. Before the first apply, node1 is sent a wrong
+``vllm_serve_image_checksum`` (refused, nothing loaded). This is the cluster the day-2 tests (observability,
+bench, doctor, drain, autoscaling) share.
 
-Costs: two engines (~3.6 GB each); service mode 2.5-5 min for its tests, container mode adds the stages
-(1-4 min) and the image build.
+Service mode (the engine from a venv) has no cluster of its own here: the clusters that serve that way for
+their own reasons check it (tests/integration/test_site.py: first apply, key handling, no restart on a
+converged apply, a unit disabled by hand, a killed engine; test_serve_weights.py; test_hccn_gate.py: a broken
+change rolled back). The rollout's per-node rollback is the same role path in both modes, checked here.
+
+Costs: two engines (~3.6 GB each); the stages (1-4 min) and the image build before the first apply.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from typing import Any
 import yaml
 
 from provision_sim.cluster import Cluster
-from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.image import (
     BROKEN_TAG,
     ServeImage,
@@ -39,7 +39,7 @@ from provision_sim.serving.image import (
     ensure_serve_image,
     mirror_serve_image,
 )
-from provision_sim.serving.setup import container_volumes, engine_binds, engine_profile_vars, smollm2_profile
+from provision_sim.serving.setup import container_volumes, engine_binds, engine_profile_vars
 from tests.helpers import (
     PROVISION,
     Run,
@@ -53,7 +53,7 @@ from tests.helpers import (
 from tests.helpers import complete as shared_complete
 from tests.helpers import provision as run_provision
 
-MODES = ("service", "container")
+MODES = ("container",)  # the package fixture's parameter, in every test id
 POOL_NAME = "smol"
 PORT = 8000
 UNIT = "vllm-smol.service"
@@ -148,19 +148,6 @@ class Served:
         )
 
 
-def service_settings() -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "npu_pools_list": [{"name": POOL_NAME, "devices": [0], "port": PORT, "profile": "smollm2-cpu"}],
-        "vllm_serve_mode": "service",
-        "vllm_serve_venv": str(engine.engine_venv()),
-        "vllm_serve_api_key": API_KEY,
-        # A killed engine stays down (auto-restart) long enough for `serve status` to see it.
-        "vllm_serve_restart_sec": 60,
-    }
-    values.update(engine_profile_vars())  # the rig's profile, its model in the engine cache
-    return values
-
-
 def container_settings(image: ServeImage, url: str) -> dict[str, Any]:
     values: dict[str, Any] = {
         "npu_pools_list": [{"name": POOL_NAME, "devices": [3], "port": PORT, "profile": "smollm2-cpu"}],
@@ -177,16 +164,6 @@ def container_settings(image: ServeImage, url: str) -> dict[str, Any]:
 
 
 StartCluster = Callable[..., Cluster]  # tests.conftest.start_cluster bound to the fixture's request
-
-
-def serve_service(start: StartCluster, folder: Path) -> Served:
-    cluster = start(
-        "serve", nodes=2, os_list="openeuler-22.03,ubuntu-22.04", binds=engine_binds(), mirror=False
-    )
-    inventory = copy_inventory(cluster, folder, service_settings())
-    served = Served("service", cluster, inventory, folder / "runs", folder / "group_vars" / "npu_nodes.yml")
-    _plan_and_apply(served)
-    return served
 
 
 def serve_container(start: StartCluster, folder: Path) -> Served:
@@ -238,14 +215,9 @@ def _plan_and_apply(served: Served) -> None:
 
 
 def broken_settings(served: Served) -> tuple[dict[str, Any], str]:
-    """The serving settings changed so that the engine cannot start, and the journal line that says why."""
+    """The serving settings changed so that the engine cannot start (an image whose entrypoint fails), and
+    the journal line that says why."""
     settings = served.settings()
-    if served.mode == "service":
-        profile = smollm2_profile()
-        profile.update(settings.get("vllm_serve_profiles", {}).get("smollm2-cpu", {}))
-        profile["extra_args"] = ["--no-such-flag"]  # vLLM exits at once: unrecognized arguments
-        settings["vllm_serve_profiles"] = {"smollm2-cpu": profile}
-        return settings, "unrecognized arguments: --no-such-flag"
     assert served.broken is not None
     settings["vllm_serve_image"] = BROKEN_TAG
     settings["vllm_serve_image_url"] = served.broken.url  # file://, its sha256 pinned
@@ -254,9 +226,6 @@ def broken_settings(served: Served) -> tuple[dict[str, Any], str]:
 
 
 def kill_engine(served: Served, node: str) -> str:
-    """SIGKILL the engine on ``node``; returns how systemd's journal words the main process's end."""
-    if served.mode == "service":
-        served.sh(node, "systemctl", "kill", "--signal=SIGKILL", UNIT)
-        return "Main process exited, code=killed, status=9/KILL"
+    """SIGKILL the engine's container on ``node``; returns how systemd's journal words the unit's end."""
     served.sh(node, "docker", "kill", "--signal", "KILL", CONTAINER)
     return "Main process exited, code=exited, status=137"  # `docker run` reports the container's end

@@ -1,10 +1,10 @@
-"""One serving cluster per mode for every test of this package (``cluster.py`` says what each holds).
+"""One serving cluster for every test of this package (``cluster.py`` says what it holds).
 
-``served`` is package-scoped and parametrized by mode: the scenario tests (``test_serve.py``) run in both,
-and a module that needs one mode says so with ``pytest.mark.parametrize("served", ["container"],
-indirect=True)``. pytest groups the tests of one mode together, and the first mode's cluster is torn down
-before the second's starts. Tests marked ``disruptive`` (they leave an engine down, or the cluster on another
-configuration) run last in their group; every other test leaves the cluster healthy and as it found it.
+``served`` is package-scoped and parametrized by mode (``cluster.MODES``: container mode only; service mode
+is checked on the clusters that serve that way, ``cluster.py`` says where); a module names its mode with
+``pytest.mark.parametrize("served", ["container"], indirect=True)``. pytest groups the tests of one mode
+together. Tests marked ``disruptive`` (they leave an engine down, or the cluster on another configuration) run
+last in their group; every other test leaves the cluster healthy and as it found it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from provision_sim.cluster import Cluster
 from provision_sim.serving import vllm_cpu as engine
 from tests.conftest import start_cluster
-from tests.integration.serving.cluster import MODES, Served, serve_container, serve_service
+from tests.integration.serving.cluster import MODES, Served, serve_container
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,11 +51,9 @@ def served(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Served:
     engine.prepare()  # cached: instant after the first time (~3 min)
-    mode = str(request.param)
-    folder = tmp_path_factory.mktemp(f"serve-{mode}")
+    folder = tmp_path_factory.mktemp(f"serve-{request.param}")
 
     def start(purpose: str, **options: object) -> Cluster:
         return start_cluster(request, purpose, **options)
 
-    setup = serve_service if mode == "service" else serve_container
-    return setup(start, folder)
+    return serve_container(start, folder)

@@ -1,16 +1,17 @@
-"""The vllm_serve role's scenario, in both modes (service: a venv; container: docker + the Ascend runtime), on
-the shared serving cluster (``cluster.py``). In each mode, in this order:
+"""The vllm_serve role's scenario in container mode (docker + the Ascend runtime), on the shared serving
+cluster (``cluster.py``; service mode is checked on the clusters that serve that way, ``cluster.py`` says
+where). In this order:
 
 1. ``plan -p serve`` wrote nothing, ``apply -p serve`` (the fixture ran both): both instances ready, a
    completion from the controller, the API key off command lines and required; ``serve status`` 2/2 ready;
    a second apply changes nothing and skips the configure step; a unit disabled by hand is enabled again.
-2. ``apply -p upgrade`` to a broken configuration (service: an unknown engine flag; container: an image whose
-   entrypoint fails): node1 fails its gate and is rolled back to the previous configuration, ready again;
-   the rollout stops, and node2 answers every request sent while it ran.
+2. ``apply -p upgrade`` to a broken configuration (an image whose entrypoint fails): node1 fails its gate and
+   is rolled back to the previous configuration, ready again; the rollout stops, and node2 answers every
+   request sent while it ran.
 3. The engine killed on node2 (``disruptive``: last): ``serve status`` reports it failed, with the journal.
 
-Container mode also: a wrong sha256 refused with nothing loaded, the containers' confinement (devices,
-privileges, mounts), and the default image tag naming the nodes' architecture.
+Also: a wrong sha256 refused with nothing loaded, the containers' confinement (devices, privileges, mounts),
+and the default image tag naming the nodes' architecture.
 """
 
 from __future__ import annotations
@@ -47,9 +48,13 @@ from tests.integration.serving.cluster import (
     kill_engine,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.engine, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.engine,
+    pytest.mark.slow,
+    pytest.mark.parametrize("served", ["container"], indirect=True),
+]
 
-container_only = pytest.mark.parametrize("served", ["container"], indirect=True)
 MANAGERS = ["davinci_manager", "devmm_svm", "hisi_hdc"]
 NODES = ("node1", "node2")
 
@@ -89,15 +94,10 @@ def task_seconds(run_dir: str, task: str) -> dict[str, float]:
     return out
 
 
-# --------------------------------------------------------------------------------------------- both modes
-
-
 def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) -> None:
     planned = {change["task"] for change in served.plan["changes"]}
-    wrote = "vllm_serve : Write the arguments"
-    if served.mode == "container":
-        assert served.image is not None
-        wrote = "vllm_serve : Would bring " + served.image.tag
+    assert served.image is not None
+    wrote = "vllm_serve : Would bring " + served.image.tag
     assert {wrote, "vllm_serve : Write the systemd units"} <= planned, planned
     assert not served.unit_after_plan, "the dry run wrote nothing"
 
@@ -108,12 +108,8 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
         assert complete(served.url(node)).strip(), f"{node} answered an empty completion"
         assert served.sh(node, "systemctl", "is-enabled", UNIT).strip() == "enabled", "survives a reboot"
         args = served.sh(node, "cat", ARGS).splitlines()
-        if served.mode == "service":
-            assert args[:3] == [f"{engine.engine_python()}", "-m", "vllm.entrypoints.openai.api_server"]
-        else:
-            assert served.image is not None
-            assert args[:5] == ["docker", "run", "--rm", "--name", CONTAINER]
-            assert args[args.index(served.image.tag) + 1 :][:2] == ["--model", str(engine.model_dir())]
+        assert args[:5] == ["docker", "run", "--rm", "--name", CONTAINER]
+        assert args[args.index(served.image.tag) + 1 :][:2] == ["--model", str(engine.model_dir())]
         assert args[args.index("--port") + 1] == "8000"
         ip = served.cluster.node(node).ip  # the default bind: the node's management address, not 0.0.0.0
         assert args[args.index("--host") + 1] == ip, args
@@ -139,8 +135,7 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
     assert sorted(written) == list(NODES) and not any(e["res"]["changed"] for e in written.values()), written
     assert {node: entered(served, node) for node in NODES} == started, "a second apply restarted an engine"
     assert {e["host"] for e in summary["endpoints"] if e["ready"]} == {"node1", "node2"}, summary["endpoints"]
-    if served.mode == "container":
-        assert served.image_gets() == served.first_apply_gets, "the second apply downloaded nothing"
+    assert served.image_gets() == served.first_apply_gets, "the second apply downloaded nothing"
     served.timings["second apply"] = summary["seconds"]
 
     # drift the early path must not hide: a unit disabled by hand is enabled again (no restart needed)
@@ -182,11 +177,10 @@ def test_rolling_upgrade_to_a_broken_config_rolls_back_while_node2_answers(serve
 
     assert complete(node1).strip(), "node1 serves again on the previous configuration"
     assert served.sh("node1", "cat", ARGS) == before["node1"]
-    if served.mode == "container":
-        assert served.image is not None
-        absent = served.cluster.exec("node2", ["docker", "image", "inspect", BROKEN_TAG])
-        assert absent.returncode != 0, "node2 was never touched"
-        assert inspect(served, "node1")["Config"]["Image"] == served.image.tag
+    assert served.image is not None
+    absent = served.cluster.exec("node2", ["docker", "image", "inspect", BROKEN_TAG])
+    assert absent.returncode != 0, "node2 was never touched"
+    assert inspect(served, "node1")["Config"]["Image"] == served.image.tag
     failed_on_node1 = sum(not ok for _, ok, _ in traffic.of(node1))
     print(
         f"\n{served.mode}: upgrade + rollback {took:.1f} s; requests: node2 {len(to_node2)} all answered, "
@@ -217,10 +211,6 @@ def test_killed_engine_reads_failed_with_the_journal(served: Served) -> None:
     assert states == {("node1", "smol"): "ready", ("node2", "smol"): "failed"}
 
 
-# --------------------------------------------------------------------------------------------- container mode
-
-
-@container_only
 def test_a_wrong_sha256_is_refused_and_nothing_is_loaded(served: Served) -> None:
     refused, image = served.refused, served.image
     assert image is not None
@@ -239,7 +229,6 @@ def test_a_wrong_sha256_is_refused_and_nothing_is_loaded(served: Served) -> None
     assert served.refused_gets == 1, "node1 downloaded the tarball once, then refused it"
 
 
-@container_only
 def test_containers_get_the_image_once_and_only_the_pools_devices(served: Served) -> None:
     for task in (DOWNLOAD, "vllm_serve : Load the image", "vllm_serve : Remove the downloaded tarball"):
         done_on = [c["host"] for c in served.first_apply["changes"] if c["task"] == task]
@@ -277,7 +266,6 @@ def test_containers_get_the_image_once_and_only_the_pools_devices(served: Served
     print(f"image {served.image.path.name}: {served.image.size / 2**20:.0f} MiB")
 
 
-@container_only
 def test_the_default_image_tag_names_the_nodes_architecture(served: Served) -> None:
     good = served.settings_file.read_text()
     default = yaml.safe_load(good)
