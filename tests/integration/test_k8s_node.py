@@ -11,9 +11,11 @@ Then the autoscaling drill, end to end: Debian's Prometheus scrapes the pods the
 selects (as prometheus-operator would configure it), the rig's external metrics API answers the rendered
 adapter rules, and the real HPA controller scales the Deployment. With six chips made unhealthy through the
 simulator's fault knob, load through the Service (kube-proxy on the node) makes the HPA ask for three
-replicas: one gets the one healthy spare chip, loads and takes traffic, the third stays Pending
-("Insufficient huawei.com/Ascend910"); once the load stops the HPA scales back to one pod while requests
-keep arriving through the Service, and not one fails. No unhealthy chip is ever allocated.
+replicas: one gets the one healthy spare chip, the third stays Pending ("Insufficient huawei.com/Ascend910").
+The load stops; with the queue empty the rendered scale-down window alone keeps the new replica while it
+loads, a trickle of requests through the Service meanwhile, which it takes once ready. The drill then
+shortens the window and the HPA scales back to one pod while requests keep arriving through the Service,
+and not one fails. No unhealthy chip is ever allocated.
 
 Its own module (and pytest-xdist group): it runs beside the serving group, with a control plane of its own
 (its node lifecycle controller would taint the shared plane's heartbeat-less nodes). Costs: one node with
@@ -60,6 +62,7 @@ APPLY = [
     *("--target", f"queue={TARGET}", "--max-replicas", str(MAX_REPLICAS), "--json"),
 ]
 STABILISATION_S = 15
+QUIET_S = 20  # the least time the rendered window must hold the scale-out with the queue empty
 HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
 LOAD_S = 600.0
 
@@ -345,11 +348,28 @@ class Drill:
             str(self.batches),
         )
 
-    def load_until(self, done: Callable[[dict[str, Any]], bool], what: str, timeout: float) -> float:
-        """Batches of long prompts through the Service (the engine prefills one at a time: the others wait)
-        until ``done`` holds for a sample; returns when it held (s since the drill began)."""
+    def trickle(self) -> subprocess.Popen[str]:
+        """10 short requests, 2 a second: traffic that queues nothing (short, so that the drill's wait for
+        the last one is short too)."""
+        self.batches += 1
+        return self.bench(
+            "10",
+            *("--request-rate", "2", "--random-input-len", "32", "--random-output-len", "4"),
+            *("--seed", str(self.batches)),
+        )
+
+    def load_until(
+        self,
+        done: Callable[[dict[str, Any]], bool],
+        what: str,
+        timeout: float,
+        batch: Callable[[], subprocess.Popen[str]] | None = None,
+    ) -> float:
+        """Batches through the Service (by default of long prompts, which the engine prefills one at a time:
+        the others wait) until ``done`` holds for a sample; returns when it held (s since the drill began)."""
+        batch = batch or self.batch
         deadline = time.monotonic() + timeout
-        bench = self.batch()
+        bench = batch()
         try:
             while True:
                 point = self.sample()
@@ -360,7 +380,7 @@ class Drill:
                 )
                 if bench.poll() is not None:
                     self.finish(bench)
-                    bench = self.batch()
+                    bench = batch()
                 time.sleep(1.0)
         finally:
             self.finish(bench)
@@ -407,23 +427,31 @@ def test_the_hpa_scales_out_onto_healthy_npus_under_load_and_back_in_failing_not
         )
         load_at = drill.sample()["s"]
         # Load: the queue rises, the HPA asks for MAX_REPLICAS, one gets the one healthy spare NPU, the last
-        # finds none (Pending); the new replica loads while the first serves, becomes ready, takes traffic.
-        drill.load_until(lambda p: p["replicas"] == MAX_REPLICAS and p["pending"] == 1, "the scale-out", 240)
+        # finds none (Pending).
+        scaled_at = drill.load_until(
+            lambda p: p["replicas"] == MAX_REPLICAS and p["pending"] == 1, "the scale-out", 240
+        )
         message = _unschedulable(rig)
         assert message and f"Insufficient {RESOURCE}" in message, message
-        ready_at = drill.load_until(lambda p: p["ready"] == 2, "a second ready replica", LOAD_S)
+        # The load stops at its batch's end: the rendered scale-down window alone keeps the new replica while
+        # it loads (the queue is empty by then). A trickle through the Service meanwhile: the first replica
+        # answers every request, the loading one gets none until it is ready; then it takes traffic.
+        ready_at = drill.load_until(
+            lambda p: p["ready"] == 2, "a second ready replica", LOAD_S, drill.trickle
+        )
         [new] = [p for p in rig.pods() if _ready(p) and p["metadata"]["uid"] != serving["metadata"]["uid"]]
         assert rig.allocated()[new["metadata"]["uid"]] == [f"Ascend910-{spare}"]
+        assert len(rig.pods()) == MAX_REPLICAS, "the window kept the scale-out through the load"
         served = f'sum(vllm:request_success_total{{pod="{new["metadata"]["name"]}"}})'
 
         def took_traffic(_: dict[str, Any]) -> bool:
             found = metric_path.prometheus.query(served)
             return bool(found) and float(found[0]["value"][1]) >= 2
 
-        drill.load_until(took_traffic, "the new replica to serve through the Service", 120)
-        drill.until(lambda p: p["queue"] == 0, "the queue to empty", 120)
-        idle_at = drill.sample()["s"]
-        # Now the drill shortens the scale-down window to STABILISATION_S, one replica each 5 s.
+        drill.load_until(took_traffic, "the new replica to serve through the Service", 120, drill.trickle)
+        idle_at = drill.until(lambda p: p["queue"] == 0, "the queue to empty", 120)
+        # Now the drill shortens the scale-down window to STABILISATION_S, one replica each 5 s: the HPA,
+        # its queue empty for a while, scales in.
         shorter = {"stabilizationWindowSeconds": STABILISATION_S, "policies": one_each_5s}
         rig.merge_patch(hpa_path, {"spec": {"behavior": {"scaleDown": shorter}}})
         # Requests keep arriving through the Service while the HPA scales in: not one may fail.
@@ -448,23 +476,27 @@ def test_the_hpa_scales_out_onto_healthy_npus_under_load_and_back_in_failing_not
         if figure:  # the docs' figure
             draw(drill.timeline, Path(figure))
     assert all(r["failed"] == 0 for r in drill.results), [r["failed"] for r in drill.results]
-    # The scale-in waited for the window: the first replica went no sooner than STABILISATION_S after the
-    # queue last asked for MAX_REPLICAS (less the HPA's 2 s sync and Prometheus' 1 s scrape: it may have
-    # read that last high value up to a sync before the drill's own sample did).
+    # The rendered window held the scale-out: from the scale-out until the drill shortened the window the
+    # Deployment kept MAX_REPLICAS, though the queue (which alone would ask for one replica) was empty for
+    # QUIET_S at least of it, each HPA sync (2 s) in that time; the scale-in came only after the shortening.
     timeline = drill.timeline
-    topped = next(i for i, p in enumerate(timeline) if p["replicas"] == MAX_REPLICAS)
-    dropped = next(i for i in range(topped, len(timeline)) if timeline[i]["replicas"] < MAX_REPLICAS)
-    high = [p["s"] for p in timeline[:dropped] if p["queue"] > TARGET * (MAX_REPLICAS - 1)]
-    waited = timeline[dropped]["s"] - high[-1]
-    assert waited >= STABILISATION_S - 4, f"a replica went {waited:.1f} s after the last high queue"
+    held = [p for p in timeline if scaled_at <= p["s"] <= idle_at]
+    assert all(p["replicas"] == MAX_REPLICAS for p in held), [
+        p for p in held if p["replicas"] != MAX_REPLICAS
+    ]
+    quiet_since = next(p["s"] for p in held if p["queue"] == 0)
+    assert idle_at - quiet_since >= QUIET_S, f"the queue was empty {idle_at - quiet_since:.0f} s of the hold"
+    dropped = next(p["s"] for p in timeline if p["s"] > scaled_at and p["replicas"] < MAX_REPLICAS)
+    assert dropped > idle_at
     assert drill.allocations <= healthy, f"an unhealthy NPU was allocated: {drill.allocations - healthy}"
     asked = [r for r in metric_path.server.seen() if r.user == HPA_USER]
     assert {r.query for r in asked} == {autoscale.query(autoscale.QUEUE, POOL, "default")}
     print(
-        f"k8s node drill: load at {load_at:.0f} s; second replica ready {ready_at - load_at:.0f} s after the"
-        f" load began; queue empty at {idle_at:.0f} s; one pod again at {back_at:.0f} s;"
-        f" {sum(r['completed'] for r in drill.results)} requests, 0 failed; the first replica went"
-        f" {waited:.1f} s after the queue last asked for {MAX_REPLICAS}"
+        f"k8s node drill: load at {load_at:.0f} s; scaled out at {scaled_at:.0f} s; second replica ready"
+        f" {ready_at - scaled_at:.0f} s after the scale-out; queue empty at {idle_at:.0f} s; one pod again at"
+        f" {back_at:.0f} s;"
+        f" {sum(r['completed'] for r in drill.results)} requests, 0 failed; the window held"
+        f" {MAX_REPLICAS} replicas {idle_at - quiet_since:.0f} s with the queue empty"
     )
 
 
