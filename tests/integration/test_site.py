@@ -54,6 +54,7 @@ tests of "the first apply" read, for node3, the apply after its power came back 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -507,6 +508,9 @@ def site(
     state = Site(cluster, inventory, sh(cluster, "node1", "uname -m").strip())
     state.air_gap = gap = air_gap(cluster, inventory, state.arch)
     request.addfinalizer(lambda: stop_air_gap(gap))  # before the cluster's teardown (registered earlier)
+    # and at exit: pytest runs no finalizer of a fixture whose setup a SIGTERM (KeyboardInterrupt) cut short,
+    # and the server, in its own session, would keep the port for the next run
+    atexit.register(stop_air_gap, gap)
 
     state.before_plan, state.boots_before = untouched_state(cluster), cluster.boots()
     state.plan = provision("plan", inventory)
