@@ -27,9 +27,11 @@ over converged nodes (nothing changes; the script fails if anything does) and re
 gives stock above N from a model fitted to the sizes measured, t(N) = a + b * ceil(N / forks) (forks 5:
 linear strategy runs each task on 5 hosts at a time), with the model's error at each measured size.
 `--playbook NAME` times another playbook of playbooks/ (e.g. `driver`) instead of site.yml.
-`--ref COMMIT` also times `--full` with that commit's provision package and collection (a git worktree of it,
-run with this venv), in the same rotation: "--full within 10 % of before" read on one machine in one hour.
-Its run goes first in each rotation, and this tree's --full (which records the nodes again) right after it.
+`--ref COMMIT` also times `--full` and (site.yml) the records path with that commit's provision package and
+collection (a git worktree of it, run with this venv), in the same rotation: a change's gain read on one
+machine in one hour, where the load moves the figures more than most changes do. The ref's `--full` goes
+first in each rotation and records the nodes as its code sees them (the code is in each record's
+fingerprint), then the ref's no-op; this tree's --full records them again before this tree's no-op.
 """
 
 from __future__ import annotations
@@ -177,9 +179,10 @@ def main() -> None:
         site = playbook.stem == "site"
         labels: tuple[str, ...] = ("provision", "--full", "stock") if site else ("--full", "stock")
         ref_label = f"{args.ref} --full" if args.ref else ""
+        ref_noop = f"{args.ref} provision" if args.ref and site else ""
         ref_env = tree_env(worktree(args.ref), env) if args.ref else env
         if args.ref:
-            labels = (ref_label, *labels)
+            labels = (ref_label, ref_noop, *labels) if site else (ref_label, *labels)
 
         results: dict[tuple[str, int], list[float]] = {}
         memory: dict[tuple[str, int], int] = {}
@@ -189,12 +192,13 @@ def main() -> None:
             for _ in range(args.reps):
                 for label, argv, run_env, verified in (
                     (ref_label, [*ours, "--limit", limit, "--full"], ref_env, None),
+                    (ref_noop, [*ours, "--limit", limit, "--json"], ref_env, count),
                     # --full records the nodes as this tree sees them (the ref's run recorded its own view)
                     ("--full", [*ours, "--limit", limit, "--full"], env, None),
                     ("provision", [*ours, "--limit", limit, "--json"], env, count),
                     ("stock", [*stock, "--limit", limit], stock_env, None),
                 ):
-                    if label not in labels:
+                    if not label or label not in labels:
                         continue
                     if label == "stock" and args.stock_max is not None and count > args.stock_max:
                         continue
@@ -246,6 +250,9 @@ def main() -> None:
             for count in counts:
                 change = med[("--full", count)] / med[(ref_label, count)] - 1
                 print(f"--full on {count} node(s): {change:+.1%} against {args.ref}")
+                if ref_noop:
+                    change = med[("provision", count)] / med[(ref_noop, count)] - 1
+                    print(f"provision (records) on {count} node(s): {change:+.1%} against {args.ref}")
         print(node_memory(cluster, largest))
         every = [x for ls in loads.values() for x in ls]
         print(
