@@ -198,7 +198,7 @@ def main() -> None:
                     ("provision", [*ours, "--limit", limit, "--json"], env, count),
                     ("stock", [*stock, "--limit", limit], stock_env, None),
                 ):
-                    if not label or label not in labels:
+                    if label not in labels:  # a ref's label is empty without --ref
                         continue
                     if label == "stock" and args.stock_max is not None and count > args.stock_max:
                         continue

@@ -387,7 +387,7 @@ ACTION = load_module("provision_action_converged_state", ROOT / "plugins/action/
 def node_at_stack(tmp_path: Path, stack: str) -> tuple[Path, Callable[..., dict[str, Any]]]:
     """A node here whose local facts report ``stack``'s versions and whose record is as observed: the
     record's path, and the stand-in for the connection's command (the action's probe + observe command)."""
-    versions = {key: str(lock.stack(stack)[key]) for key in ("driver", "firmware", "cann", "nnal")}
+    versions = {key: str(lock.stack(stack)[key]) for key in lock.REPORTED}
     facts = tmp_path / "facts.d"
     facts.mkdir()
     ascend = {"driver": {"version": versions["driver"]}, "firmware": {"version": versions["firmware"]}}
@@ -440,7 +440,7 @@ def test_the_comparison_reports_the_stack_it_is_given(
     older_stack, default_stack = lock.stack(older), lock.default_stack()
     expected = [
         f"{key} {older_stack[key]} (lock {default_stack[key]})"
-        for key in ("driver", "firmware", "cann", "nnal")
+        for key in lock.REPORTED
         if older_stack[key] != default_stack[key]
     ]
     assert expected and default["stack"]["differences"] == expected
