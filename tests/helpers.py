@@ -358,6 +358,32 @@ def journals(cluster: Cluster, unit: str, lines: int = 40) -> str:
     return "".join(out)
 
 
+def assert_status_reads_node2_killed(
+    status: Callable[..., subprocess.CompletedProcess[str]], unit: str, urls: Mapping[str, str], ended: str
+) -> None:
+    """``provision serve status`` (``status(*args)`` runs it) of a 2-node pool ``smol`` whose engine on node2
+    was just SIGKILLed: exit 1, node1 ready, node2 failed with its unit's state and ``ended`` (how the
+    journal words the engine's end) among the journal lines shown; ``--json`` says the same."""
+    shown = status()
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    node1 = next(line for line in lines if line.startswith("node1 "))
+    node2 = next(line for line in lines if line.startswith("node2 "))
+    assert node1.split()[:4] == ["node1", "smol", urls["node1"], "ready"]
+    assert node2.split()[:4] == ["node2", "smol", urls["node2"], "failed"]
+    # After SIGKILL of the main process systemd first stops the unit's other processes (deactivating/
+    # stop-sigterm), then waits RestartSec (activating/auto-restart): either is right.
+    assert "the engine process is not running" in node2
+    assert re.search(rf"{re.escape(unit)}: (deactivating/stop-sig(term|kill)|activating/auto-restart)", node2)
+    assert any(ended in line for line in lines if "| " in line), lines
+    assert lines[-1] == "1/2 ready on 2 host(s)"
+
+    report = json.loads(status("--json").stdout)
+    assert report["ready"] is False
+    states = {(row["host"], row["pool"]): row["state"] for row in report["endpoints"]}
+    assert states == {("node1", "smol"): "ready", ("node2", "smol"): "failed"}
+
+
 # -- the CLI in this process ---------------------------------------------------------------------------------
 
 GOOD_INI = """\

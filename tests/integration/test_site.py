@@ -57,7 +57,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import subprocess
 import time
 import urllib.error
@@ -89,6 +88,7 @@ from provision_sim.serving.setup import engine_binds, engine_profile_vars
 from tests.helpers import (
     PROVISION,
     Run,
+    assert_status_reads_node2_killed,
     cluster_vars,
     complete,
     copy_inventory,
@@ -1098,28 +1098,13 @@ def test_serve_status_reads_a_killed_engine_as_failed_with_the_journal(site: Sit
     site.converged()
     site.sh("node2", f"systemctl kill --signal=SIGKILL {ENGINE_UNIT}")
     runs = site.inventory.parent / "runs"
-    shown = provision_cli("serve", "status", str(site.inventory), runs=runs)
-    assert shown.returncode == 1, shown.stdout + shown.stderr
-    lines = shown.stdout.splitlines()
-    node1 = next(line for line in lines if line.startswith("node1 "))
-    node2 = next(line for line in lines if line.startswith("node2 "))
-    url = {name: f"http://{site.cluster.node(name).ip}:8000" for name in SERVING}
-    assert node1.split()[:4] == ["node1", "smol", url["node1"], "ready"]
-    assert node2.split()[:4] == ["node2", "smol", url["node2"], "failed"]
-    # After SIGKILL of the main process systemd first stops the unit's other processes (deactivating/
-    # stop-sigterm), then waits RestartSec (activating/auto-restart): either is right.
-    assert "the engine process is not running" in node2
-    assert re.search(
-        rf"{re.escape(ENGINE_UNIT)}: (deactivating/stop-sig(term|kill)|activating/auto-restart)", node2
-    )
-    ended = "Main process exited, code=killed, status=9/KILL"
-    assert any(ended in line for line in lines if "| " in line), lines
-    assert lines[-1] == "1/2 ready on 2 host(s)"
 
-    report = json.loads(provision_cli("serve", "status", str(site.inventory), "--json", runs=runs).stdout)
-    assert report["ready"] is False
-    states = {(row["host"], row["pool"]): row["state"] for row in report["endpoints"]}
-    assert states == {("node1", "smol"): "ready", ("node2", "smol"): "failed"}
+    def status(*args: str) -> subprocess.CompletedProcess[str]:
+        return provision_cli("serve", "status", str(site.inventory), *args, runs=runs)
+
+    urls = {name: f"http://{site.cluster.node(name).ip}:8000" for name in SERVING}
+    ended = "Main process exited, code=killed, status=9/KILL"
+    assert_status_reads_node2_killed(status, ENGINE_UNIT, urls, ended)
 
 
 # -- drills: three faulty nodes and a healthy one, plain ansible-playbook ------------------------------------

@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     ("nodeid", "group"),
     [
-        ("tests/integration/serving/test_serve.py::test_apply[container]", "serving"),
+        ("tests/integration/serving/test_serve.py::test_apply", "serving"),
         ("tests/integration/serving/test_doctor_faults.py::test_fault[node1-npu-busy]", "serving"),
         # the control plane's tests with the serving cluster's: the autoscaling drill needs both at once
         ("tests/integration/k8s/test_control_plane.py::test_version", "serving"),
-        ("tests/integration/serving/test_autoscale.py::test_drill[container]", "serving"),
+        ("tests/integration/serving/test_autoscale.py::test_drill", "serving"),
         ("tests/integration/test_repos.py::test_repos_plan_apply_repeat", "sim_cluster"),
         ("tests/integration/test_sim_cluster.py::test_reboot_really_reboots", "sim_cluster"),
         ("tests/integration/test_site.py::test_x", "tests/integration/test_site.py"),

@@ -53,7 +53,6 @@ from tests.helpers import (
 from tests.helpers import complete as shared_complete
 from tests.helpers import provision as run_provision
 
-MODES = ("container",)  # the package fixture's parameter, in every test id
 POOL_NAME = "smol"
 PORT = 8000
 UNIT = "vllm-smol.service"
@@ -73,9 +72,8 @@ def complete(url: str, prompt: str = "The capital of France is", timeout: float 
 
 @dataclass
 class Served:
-    """A converged serving cluster and what its setup saw (first plan and apply; container-mode extras)."""
+    """A converged serving cluster and what its setup saw (first plan and apply, the wrong-sha256 refusal)."""
 
-    mode: str
     cluster: Cluster
     inventory: Path
     runs: Path
@@ -174,7 +172,6 @@ def serve_container(start: StartCluster, folder: Path) -> Served:
     image_url, image = mirror_serve_image(cluster.dir, image)
     inventory = copy_inventory(cluster, folder, mirror_vars(cluster))
     served = Served(
-        "container",
         cluster,
         inventory,
         folder / "runs",

@@ -31,7 +31,6 @@ pytestmark = [
     pytest.mark.engine,
     pytest.mark.slow,
     pytest.mark.k8s,
-    pytest.mark.parametrize("served", ["container"], indirect=True),
 ]
 
 NAMESPACE = "drill"

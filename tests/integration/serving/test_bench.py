@@ -38,7 +38,6 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.engine,
     pytest.mark.slow,
-    pytest.mark.parametrize("served", ["container"], indirect=True),
 ]
 
 PROMPTS = 16

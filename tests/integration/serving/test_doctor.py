@@ -22,7 +22,6 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.engine,
     pytest.mark.slow,
-    pytest.mark.parametrize("served", ["container"], indirect=True),
 ]
 
 NODES = ("node1", "node2")

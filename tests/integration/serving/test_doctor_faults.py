@@ -31,7 +31,6 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.engine,
     pytest.mark.slow,
-    pytest.mark.parametrize("served", ["container"], indirect=True),
 ]
 
 HCCN = "/usr/local/Ascend/driver/tools/hccn_tool"

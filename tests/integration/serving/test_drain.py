@@ -47,7 +47,6 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.engine,
     pytest.mark.slow,
-    pytest.mark.parametrize("served", ["container"], indirect=True),
     pytest.mark.disruptive,
 ]
 

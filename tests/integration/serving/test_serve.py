@@ -32,7 +32,7 @@ from provision.ascend import lock
 from provision.image.spec import Target
 from provision_sim.serving import vllm_cpu as engine
 from provision_sim.serving.image import BROKEN_TAG
-from tests.helpers import Run, Traffic, json_summary
+from tests.helpers import Run, Traffic, assert_status_reads_node2_killed, json_summary
 from tests.helpers import provision as run_provision
 from tests.integration.serving.cluster import (
     API_KEY,
@@ -52,7 +52,6 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.engine,
     pytest.mark.slow,
-    pytest.mark.parametrize("served", ["container"], indirect=True),
 ]
 
 MANAGERS = ["davinci_manager", "devmm_svm", "hisi_hdc"]
@@ -144,7 +143,7 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
     changed = {host: stats["changed"] for host, stats in repaired["hosts"].items()}
     assert changed["node1"] == 0 and changed["node2"] >= 1, changed
     assert served.sh("node2", "systemctl", "is-enabled", UNIT).strip() == "enabled"
-    print(f"\n{served.mode}: " + ", ".join(f"{what} {s:.1f} s" for what, s in served.timings.items()))
+    print("\n" + ", ".join(f"{what} {s:.1f} s" for what, s in served.timings.items()))
 
 
 def test_rolling_upgrade_to_a_broken_config_rolls_back_while_node2_answers(served: Served) -> None:
@@ -183,7 +182,7 @@ def test_rolling_upgrade_to_a_broken_config_rolls_back_while_node2_answers(serve
     assert inspect(served, "node1")["Config"]["Image"] == served.image.tag
     failed_on_node1 = sum(not ok for _, ok, _ in traffic.of(node1))
     print(
-        f"\n{served.mode}: upgrade + rollback {took:.1f} s; requests: node2 {len(to_node2)} all answered, "
+        f"\nupgrade + rollback {took:.1f} s; requests: node2 {len(to_node2)} all answered, "
         f"node1 {len(traffic.of(node1))} ({failed_on_node1} failed while it restarted)"
     )
 
@@ -191,24 +190,8 @@ def test_rolling_upgrade_to_a_broken_config_rolls_back_while_node2_answers(serve
 @pytest.mark.disruptive
 def test_killed_engine_reads_failed_with_the_journal(served: Served) -> None:
     ended = kill_engine(served, "node2")
-    shown = served.status()
-    assert shown.returncode == 1, shown.stdout + shown.stderr
-    lines = shown.stdout.splitlines()
-    node1 = next(line for line in lines if line.startswith("node1 "))
-    node2 = next(line for line in lines if line.startswith("node2 "))
-    assert node1.split()[:4] == ["node1", "smol", served.url("node1"), "ready"]
-    assert node2.split()[:4] == ["node2", "smol", served.url("node2"), "failed"]
-    # After SIGKILL of the main process systemd first stops the unit's other processes (deactivating/
-    # stop-sigterm), then waits RestartSec (activating/auto-restart): either is right.
-    assert "the engine process is not running" in node2
-    assert re.search(rf"{re.escape(UNIT)}: (deactivating/stop-sig(term|kill)|activating/auto-restart)", node2)
-    assert any(ended in line for line in lines if "| " in line), lines
-    assert lines[-1] == "1/2 ready on 2 host(s)"
-
-    report = json.loads(served.status("--json").stdout)
-    assert report["ready"] is False
-    states = {(row["host"], row["pool"]): row["state"] for row in report["endpoints"]}
-    assert states == {("node1", "smol"): "ready", ("node2", "smol"): "failed"}
+    urls = {node: served.url(node) for node in ("node1", "node2")}
+    assert_status_reads_node2_killed(served.status, UNIT, urls, ended)
 
 
 def test_a_wrong_sha256_is_refused_and_nothing_is_loaded(served: Served) -> None:
