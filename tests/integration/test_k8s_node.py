@@ -298,6 +298,7 @@ class Drill:
     results: list[dict[str, Any]] = field(default_factory=list)
     allocations: set[str] = field(default_factory=set)
     batches: int = 0
+    saved: dict[int, Path] = field(default_factory=dict)  # a bench's pid -> its saved result
 
     def sample(self) -> dict[str, Any]:
         hpa = self.rig.get(
@@ -320,18 +321,28 @@ class Drill:
         return point
 
     def bench(self, *args: str) -> subprocess.Popen[str]:
+        # Every request's error saved (vLLM's --save-detailed), for the assertion's message.
+        saved = self.rig.runs.parent / f"bench-{len(self.saved)}.json"
         argv = [*PROVISION, "bench", self.url, "--num-prompts", *args, "--num-warmups", "0", "--json"]
+        argv += ["--save-result", "--save-detailed", "--result-dir", str(saved.parent)]
+        argv += ["--result-filename", saved.name]
         env = {
             **os.environ,
             "CI": "1",
             "PROVISION_RUNS_DIR": str(self.rig.runs),
             "PROVISION_API_KEY": API_KEY,
         }
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.saved[bench.pid] = saved
+        return bench
 
     def finish(self, bench: subprocess.Popen[str]) -> dict[str, Any]:
         out, err = bench.communicate(timeout=600)
-        assert bench.returncode == 0, f"bench through the Service: {out[-2000:]}\n{err[-2000:]}"
+        if bench.returncode != 0:
+            saved = self.saved[bench.pid]
+            errors = json.loads(saved.read_text()).get("errors", []) if saved.exists() else ["(not saved)"]
+            failed = [e for e in errors if e]
+            raise AssertionError(f"bench through the Service: {out[-1500:]}\n{err[-1000:]}\nerrors: {failed}")
         result: dict[str, Any] = json.loads(out)
         self.results.append(result)
         return result
