@@ -696,8 +696,17 @@ class Prometheus:
             time.sleep(every)
 
 
-def gpg_agents(home: Path) -> list[int]:
-    """PIDs of the gpg-agent processes serving the GnuPG home ``home`` (their command lines name it)."""
+def gpg_agents(home: Path, within: float = 0.0) -> list[int]:
+    """PIDs of the gpg-agent processes serving the GnuPG home ``home`` (their command lines name it); with
+    ``within``, those still there after waiting up to that many seconds for none to be left (``gpgconf
+    --kill gpg-agent`` asks the agent to stop and returns before it has exited)."""
+    deadline = time.monotonic() + within
+    while (pids := _gpg_agents(home)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pids
+
+
+def _gpg_agents(home: Path) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
