@@ -92,6 +92,30 @@ def user_config(environ: Mapping[str, str] | None = None) -> Path | None:
     return None if path == paths.ansible_cfg().resolve() else path
 
 
+def start_collection_loader() -> None:
+    """Ansible's collection loader in this process, once, with provision's collection first on its path as
+    on a run's ``ANSIBLE_COLLECTIONS_PATH``: a plugin named by FQCN (``ansible.builtin.constructed``,
+    ``provision.ascend.converged_state``) is found through it. ansible-playbook starts it; a library must."""
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+
+    if AnsibleCollectionConfig.collection_finder is None:  # a second start only warns
+        init_plugin_loader([str(paths.collections_path())])
+
+
+def use_run_config() -> None:
+    """Make Ansible in this process read the config file provision's runs read (provision's own when the
+    user has none): what a run's tasks do in this process (:mod:`provision.runner.inprocess`) is then what
+    they do under ansible-playbook. Ansible picks its file once, when it is first imported: call this before.
+    A user's ``ANSIBLE_CONFIG`` or own file is what Ansible finds anyway, and is left to it."""
+    import sys
+
+    if "ansible.constants" in sys.modules or "ANSIBLE_CONFIG" in os.environ:
+        return
+    if user_config() is None:
+        os.environ["ANSIBLE_CONFIG"] = str(paths.ansible_cfg())
+
+
 @cache
 def _definitions(ssh: bool = True) -> dict[Setting, tuple[frozenset[Setting], tuple[str, ...]]]:
     """Each ini setting Ansible knows -> (every ini spelling of that setting, its environment variables), from

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from provision.ansible_config import use_run_config
 from provision.cli import _inputs
 from provision.cli import _playbook as common
 from provision.cli._ansible_options import AnsibleArgs, playbook_options
@@ -45,6 +46,7 @@ def apply(
     Exit code 0: every host ok; 1: a host failed; 2: bad input (nothing touched); 4: a host was unreachable
     (and none failed).
     """
+    use_run_config()  # before Ansible is imported: the records check runs its tasks in this process
     result = common.run_and_report(
         playbook,
         _inputs.inventories(inventory, inventories),

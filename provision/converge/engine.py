@@ -22,6 +22,7 @@ from typing import Any
 from provision.converge.record import Keys, fingerprint, keys_of_result, reads_outside, serving_closure
 from provision.inventory.validate import Resolved
 from provision.runner.events import Observer, Outcome, TaskEvent, on_tasks
+from provision.runner.inprocess import run_in_process
 from provision.runner.options import AnsibleOptions
 from provision.runner.run import RunResult, Sources, run_playbook
 from provision.serving.health import serves_api
@@ -94,11 +95,13 @@ def converge(
     diff: bool = False,
     options: AnsibleOptions | None = None,
     run: Callable[..., RunResult] = run_playbook,
+    verify_run: Callable[..., RunResult] = run_in_process,
 ) -> RunResult:
     """Verify (unless ``full``), run site.yml where needed, record; one :class:`RunResult` for all of it.
 
     ``inventory`` is the resolved view of ``inventory_path`` (:func:`provision.inventory.validate.resolve`):
-    the fingerprints are taken of its hosts' variables, the serving groups are its own."""
+    the fingerprints are taken of its hosts' variables, the serving groups are its own. The verify runs in
+    this process where it can (:mod:`provision.runner.inprocess`), site.yml and record.yml through ``run``."""
     hosts = inventory.hosts
     prints = {host: fingerprint(view.variables, playbook=SITE) for host, view in hosts.items()}
     outside = {host: name for host, view in hosts.items() if (name := reads_outside(view.variables))}
@@ -112,8 +115,8 @@ def converge(
             site, set(site.hosts), watch, inventory_path, fingerprints, scratch, common, observer, run
         )
 
-    verify = run("converged", inventory_path, verb="verify", limit=limit, extra_vars=[fingerprints],
-                 observer=watched, env=ONE_COMMAND, **common)  # fmt: skip
+    verify = verify_run("converged", inventory_path, loaded=inventory.inventory, verb="verify", limit=limit,
+                        extra_vars=[fingerprints], observer=watched, env=ONE_COMMAND, **common)  # fmt: skip
     # A host the record check could not reach is not tried again by site.yml in the same run: one contact
     # per unreachable host, and the report says it was not reached, not that it was converged.
     lost = set(verify.unreachable)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provision.ansible_config import start_collection_loader
 from provision.errors import InputError
 from provision.inventory import files
 from provision.inventory.vault import HINT, Vault, decrypted
@@ -51,6 +52,8 @@ class Inventory:
     groups: dict[str, list[str]] = field(default_factory=dict)
     manager: Any = field(default=None, repr=False, compare=False)
     """Ansible's InventoryManager it was read with (host patterns are matched by it)."""
+    loader: Any = field(default=None, repr=False, compare=False)
+    """Ansible's DataLoader it was read with (its vault secrets, its base folder: the playbooks')."""
     sources: list[Path] = field(default_factory=list)
     """Every source, in the order given (``source`` first)."""
 
@@ -195,7 +198,7 @@ def load_inventory(
         files.check_inventory_text(source)
     secrets = (vault or Vault()).secrets()
     if any(_plugin_config(source) for source in sources):
-        _collection_loader()
+        start_collection_loader()
     loader = DataLoader()
     loader.set_vault_secrets(secrets)
     # Ansible reads group_vars/ and host_vars/ beside the playbook too; the loader's base folder is where
@@ -220,7 +223,7 @@ def load_inventory(
         files.check_vars_files(each, manager.groups, manager.hosts)
     variables = VariableManager(loader=loader, inventory=manager)
 
-    inventory = Inventory(source=source, manager=manager, sources=sources)
+    inventory = Inventory(source=source, manager=manager, loader=loader, sources=sources)
     for host in manager.get_hosts(ignore_limits=True, ignore_restrictions=True):
         try:
             host_vars = variables.get_vars(host=host, include_hostvars=False)
@@ -247,16 +250,6 @@ def _plugin_config(source: Path) -> bool:
         return any(line.startswith("plugin:") for line in source.read_text(encoding="utf-8").splitlines())
     except (OSError, UnicodeDecodeError):
         return False
-
-
-def _collection_loader() -> None:
-    """Ansible's collection loader, which a plugin named by FQCN (``ansible.builtin.constructed``,
-    ``amazon.aws.aws_ec2``) is found through; ansible-playbook starts it, a library must (once)."""
-    from ansible.plugins.loader import init_plugin_loader
-    from ansible.utils.collection_loader import AnsibleCollectionConfig
-
-    if AnsibleCollectionConfig.collection_finder is None:
-        init_plugin_loader()
 
 
 def _broken_vars(sources: Sequence[Path], manager: Any, loader: Any) -> str | None:

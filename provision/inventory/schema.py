@@ -368,9 +368,10 @@ def _connection_plugin_exists(name: str) -> bool:
     """Ask Ansible's connection_loader. A plain name in Ansible's or the configured plugin folders is found
     without the collection loader; only other names (a collection's, or one Ansible redirects to a
     collection, like docker) pay for starting it (0.3 s)."""
-    from ansible.plugins.loader import connection_loader, init_plugin_loader
-    from ansible.utils.collection_loader import AnsibleCollectionConfig
+    from ansible.plugins.loader import connection_loader
     from ansible.utils.display import Display
+
+    from provision.ansible_config import start_collection_loader
 
     display = Display()
     original = display.error_as_warning
@@ -380,8 +381,7 @@ def _connection_plugin_exists(name: str) -> bool:
             return connection_loader.find_plugin(name) is not None
         except ImportError:  # the name resolves through ansible_collections, which is not set up yet
             pass
-        if AnsibleCollectionConfig.collection_finder is None:  # once: a second set-up only warns
-            init_plugin_loader()
+        start_collection_loader()
         return connection_loader.find_plugin(name) is not None
     finally:
         display.error_as_warning = original
