@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -95,13 +96,14 @@ def converge(
     diff: bool = False,
     options: AnsibleOptions | None = None,
     run: Callable[..., RunResult] = run_playbook,
-    verify_run: Callable[..., RunResult] = run_in_process,
+    in_process: Callable[..., RunResult] = run_in_process,
 ) -> RunResult:
     """Verify (unless ``full``), run site.yml where needed, record; one :class:`RunResult` for all of it.
 
     ``inventory`` is the resolved view of ``inventory_path`` (:func:`provision.inventory.validate.resolve`):
-    the fingerprints are taken of its hosts' variables, the serving groups are its own. The verify runs in
-    this process where it can (:mod:`provision.runner.inprocess`), site.yml and record.yml through ``run``."""
+    the fingerprints are taken of its hosts' variables, the serving groups are its own. converged.yml and
+    record.yml (one command per node) go through ``in_process`` (:mod:`provision.runner.inprocess`: in this
+    process where it can), site.yml through ``run``."""
     hosts = inventory.hosts
     prints = {host: fingerprint(view.variables, playbook=SITE) for host, view in hosts.items()}
     outside = {host: name for host, view in hosts.items() if (name := reads_outside(view.variables))}
@@ -109,13 +111,14 @@ def converge(
     common: dict[str, Any] = {"forks": forks, "verbosity": verbosity, "options": options}
     watch = _Watch()
     watched = on_tasks(watch, then=observer)
+    recording = partial(in_process, loaded=inventory.inventory)
     if full:
         site = run(SITE, inventory_path, verb="apply", limit=limit, diff=diff, observer=watched, **common)
         return _record(
-            site, set(site.hosts), watch, inventory_path, fingerprints, scratch, common, observer, run
+            site, set(site.hosts), watch, inventory_path, fingerprints, scratch, common, observer, recording
         )
 
-    verify = verify_run("converged", inventory_path, loaded=inventory.inventory, verb="verify", limit=limit,
+    verify = in_process("converged", inventory_path, loaded=inventory.inventory, verb="verify", limit=limit,
                         extra_vars=[fingerprints], observer=watched, env=ONE_COMMAND, **common)  # fmt: skip
     # A host the record check could not reach is not tried again by site.yml in the same run: one contact
     # per unreachable host, and the report says it was not reached, not that it was converged.
@@ -159,7 +162,7 @@ def converge(
         [e for e in verify.endpoints if e.host in verified] + site.endpoints, key=lambda e: (e.host, e.pool)
     )
     site.seconds += verify.seconds
-    return _record(site, rest, watch, inventory_path, fingerprints, scratch, common, observer, run)
+    return _record(site, rest, watch, inventory_path, fingerprints, scratch, common, observer, recording)
 
 
 def _record(

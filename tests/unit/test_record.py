@@ -287,7 +287,7 @@ CONVERGED = {"converged": True, "drift": [], "written_at": "T"}
 def apply_with(fake: FakeRuns, inventory: Inventory, tmp_path: Path, **kwargs: Any) -> RunResult:
     return converge(
         resolve(inventory), tmp_path / "inv.ini", scratch=tmp_path, limit=None, forks=None, verbosity=0,
-        observer=None, run=fake, verify_run=fake, **kwargs,
+        observer=None, run=fake, in_process=fake, **kwargs,
     )  # fmt: skip
 
 
