@@ -19,9 +19,11 @@ config file once per process: :func:`provision.ansible_config.use_run_config` ma
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import time
+import traceback
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,19 +71,27 @@ def run_in_process(
 ) -> RunResult:
     """Run ``playbooks/<playbook>`` on ``loaded`` (the inventory read from ``inventory_path``) in this process
     when :func:`refusal` allows, else through :func:`~provision.runner.run.run_playbook` with the same
-    arguments; one :class:`RunResult` either way (``env`` is for the ansible-playbook run only)."""
+    arguments; one :class:`RunResult` either way (``env`` is for the ansible-playbook run only).
+
+    An error of this runner's own (not a task's: those are results) sends the play to ansible-playbook
+    whole, its traceback kept in the abandoned run's directory (``in-process-error.txt``): the plays it is
+    given (the records' check and write) may run twice."""
     why = refusal(loaded, extra_vars=extra_vars, verbosity=verbosity, options=options)
-    play: _Play | str | None = why
     if why is None and loaded is not None:
-        with _run_environment():
-            play = _simple_play(playbook, loaded)
-    if not isinstance(play, _Play) or loaded is None:
-        return run_playbook(
-            playbook, inventory_path, verb=verb, limit=limit, extra_vars=extra_vars, forks=forks,
-            verbosity=verbosity, observer=observer, env=env, options=options,
-        )  # fmt: skip
-    with _run_environment():
-        return _Run(play, loaded, verb, observer).run(limit, extra_vars, forks)
+        run = None
+        try:
+            with _run_environment():
+                play = _simple_play(playbook, loaded)
+                if isinstance(play, _Play):
+                    run = _Run(play, loaded, verb, observer)
+                    return run.run(limit, extra_vars, forks)
+        except Exception:  # Ansible's internals changed under it: ansible-playbook runs the play again
+            if run is not None:
+                (run.run_dir / "in-process-error.txt").write_text(traceback.format_exc())
+    return run_playbook(
+        playbook, inventory_path, verb=verb, limit=limit, extra_vars=extra_vars, forks=forks,
+        verbosity=verbosity, observer=observer, env=env, options=options,
+    )  # fmt: skip
 
 
 def refusal(
@@ -113,10 +123,22 @@ def refusal(
         return f"Ansible in this process read {chosen or 'no config file'}, the run reads {expected}"
     if constants.TASK_TIMEOUT:
         return "task_timeout is set (Ansible times tasks out with a signal, in its main thread)"
+    if not _executor_known():
+        from ansible.release import __version__
+
+        return f"ansible-core {__version__}: a task executor this runner does not drive (it drives 2.19's)"
     finder = AnsibleCollectionConfig.collection_finder
     if finder is not None and str(paths.collections_path()) not in map(str, finder._n_configured_paths):
         return "Ansible's collection loader in this process does not know provision's collection"
     return None
+
+
+def _executor_known() -> bool:
+    """Whether Ansible's TaskExecutor is the one this runner drives: ansible-core 2.19's, given the host,
+    the task and its variables (2.21 moved both into a task context; its runs go through ansible-playbook)."""
+    from ansible.executor.task_executor import TaskExecutor
+
+    return list(inspect.signature(TaskExecutor.__init__).parameters)[1:4] == ["host", "task", "job_vars"]
 
 
 @contextmanager

@@ -51,6 +51,7 @@ def test_a_plain_ssh_inventory_may_run_here_when_ansible_reads_the_runs_config(
     )
     chosen = constants.config._config_file or str(tmp_path / "none.cfg")
     monkeypatch.setattr(constants.config, "_config_file", chosen)
+    monkeypatch.setattr("provision.runner.inprocess._executor_known", lambda: True)
     monkeypatch.setattr("provision.runner.inprocess.ansible_env", lambda: {"ANSIBLE_CONFIG": chosen})
     assert refusal(read(ansible_connection="ssh"), extra_vars=["@f.json"]) is None
     assert refusal(read(), options=AnsibleOptions()) is None
@@ -58,3 +59,26 @@ def test_a_plain_ssh_inventory_may_run_here_when_ansible_reads_the_runs_config(
     assert refusal(read()) == (
         "task_timeout is set (Ansible times tasks out with a signal, in its main thread)"
     )
+
+
+def test_an_executor_it_does_not_drive_goes_through_ansible_playbook(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible import constants
+    from ansible.release import __version__
+
+    monkeypatch.setattr(constants.config, "_config_file", "/x/ansible.cfg")
+    monkeypatch.setattr(
+        "provision.runner.inprocess.ansible_env", lambda: {"ANSIBLE_CONFIG": "/x/ansible.cfg"}
+    )
+    monkeypatch.setattr("provision.runner.inprocess._executor_known", lambda: False)
+    assert refusal(read()) == (
+        f"ansible-core {__version__}: a task executor this runner does not drive (it drives 2.19's)"
+    )
+
+
+def test_this_ansible_cores_executor_is_known_or_refused() -> None:
+    """2.19 (Python 3.11, `make test`) is driven in process; 2.21 (the py312 variant) is refused."""
+    from ansible.release import __version__
+
+    from provision.runner.inprocess import _executor_known
+
+    assert _executor_known() is __version__.startswith("2.19.")
