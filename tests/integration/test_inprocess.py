@@ -61,8 +61,14 @@ def summary(result, events):
         "rc": result.rc,
         "hosts": {h: [s.ok, s.changed, s.failed, s.unreachable, s.skipped] for h, s in result.hosts.items()},
         "failures": [[f.host, f.task, f.message] for f in result.failures],
-        "events": [[e["event"], e["event_data"].get("host"), e["event_data"].get("task")] for e in events
-                   if e["event"].startswith("runner_on_") and e["event"] != "runner_on_start"],
+        # per host, in order: the hosts of one task finish in any order under ansible-playbook's workers
+        "events": {h: [[e["event"], e["event_data"]["task"]] for e in events
+                       if e["event"].startswith("runner_on_") and e["event"] != "runner_on_start"
+                       and e["event_data"].get("host") == h] for h in ("first", "second")},
+        # task by task (linear): the tasks in the order their results came, each once
+        "tasks": [t for i, t in enumerate(ts) if i == 0 or ts[i - 1] != t] if (ts := [
+            e["event_data"]["task"] for e in events
+            if e["event"].startswith("runner_on_") and e["event"] != "runner_on_start"]) else [],
         "ran_ansible_playbook": (next(result.run_dir.glob("artifacts/*/command"), None) is not None),
     }
 out = {}
@@ -104,6 +110,15 @@ def test_in_process_run_reads_as_ansible_playbooks(tmp_path: Path) -> None:
     assert here["failures"] == stock["failures"]
     assert here["failures"] == [["second", "Fail on one host", "failed after hello second"]]
     assert here["events"] == stock["events"]
+    assert here["events"]["second"][-1] == ["runner_on_failed", "Fail on one host"]
+    order = [
+        "Say hello",
+        "Read what the first task registered",
+        "Skipped on every host",
+        "Fail on one host",
+        "Only the host still in the play",
+    ]
+    assert here["tasks"] == stock["tasks"] == order
 
 
 def test_verbose_run_goes_through_ansible_playbook(tmp_path: Path) -> None:
