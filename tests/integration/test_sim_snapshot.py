@@ -70,6 +70,10 @@ def test_nodes_stamped_from_a_snapshot_are_converged_each_with_its_own_identity(
     assert again.rc == 0, again.explain()
     assert sorted(again.summary["verified"]) == names, again.explain()
     assert again.summary["drift"] == {}
+    # The check ran in provision's process: its events are kept, and no ansible-playbook command line is.
+    checked = Path(again.summary["run_dir"])
+    assert checked.name.endswith("-verify") and list(checked.glob("artifacts/*/job_events/*.json"))
+    assert not list(checked.glob("artifacts/*/command")), "the records check went through ansible-playbook"
 
     keys = [line.split()[2] for line in fleet.known_hosts.read_text().splitlines()]
     identities = [identity(fleet, name) for name in names]
