@@ -356,10 +356,12 @@ def test_wait_ready_detects_readiness_quickly_and_never_early(fake: FakeVllm) ->
 
     def open_later() -> None:
         time.sleep(0.8)
-        fake.listen()
+        # Stamped before it listens: the gate may see it ready before listen() returns to this thread.
         opened.append(time.monotonic())
+        fake.listen()
 
-    threading.Thread(target=open_later, daemon=True).start()
+    opener = threading.Thread(target=open_later, daemon=True)
+    opener.start()
     verdict = wait_ready(
         Endpoint(fake.url, "smollm2"),
         alive=fake.alive,
@@ -370,6 +372,7 @@ def test_wait_ready_detects_readiness_quickly_and_never_early(fake: FakeVllm) ->
     )
     assert verdict.state is State.READY, verdict.message
     assert [v.state for v in seen] == [State.LOADING, State.READY]
+    opener.join(timeout=5)
     lag = verdict.at - opened[0]
     assert 0 <= lag <= 0.5, f"detection lag {lag:.3f} s"
     assert 0.8 <= verdict.seconds < 2
