@@ -16,7 +16,7 @@ import typer
 from provision.cli import _inputs
 from provision.cli.console import Console
 from provision.errors import InputError
-from provision.inventory.validate import Resolved, check, resolve
+from provision.inventory.validate import VALIDATED_VARS, Resolved, check, checked_in_full, resolve
 from provision.paths import shadowed_collections
 from provision.runner.events import Observer
 from provision.runner.options import AnsibleOptions
@@ -65,6 +65,14 @@ class PlaybookRun:
     verbosity: int
     limit: str | None
     options: AnsibleOptions
+    validated: bool = False
+    """Every variable the playbook reads was checked before any host was contacted: the inventory in full
+    (:func:`~provision.inventory.validate.checked_in_full`) and no ``-e``; the playbooks are told so."""
+
+    @property
+    def playbook_extra_vars(self) -> list[str]:
+        """What ansible-playbook is given: the user's ``-e``, or the word that the checks were made."""
+        return [*self.extra_vars, VALIDATED_VARS] if self.validated else self.extra_vars
 
 
 class Runs(Protocol):
@@ -84,7 +92,7 @@ def plainly(run: PlaybookRun, inventory: Resolved, sources: list[Path], observer
         limit=run.limit,
         tags=run.tags,
         skip_tags=run.skip_tags,
-        extra_vars=run.extra_vars,
+        extra_vars=run.playbook_extra_vars,
         check=run.check,
         diff=run.diff,
         forks=run.forks,
@@ -146,6 +154,7 @@ def run_and_report(
         verbosity,
         limit,
         options,
+        validated=not given_vars and checked_in_full(loaded),
     )
     with display:
         result = (runs or plainly)(run, resolve(loaded), inventory, display)

@@ -87,7 +87,7 @@ class Converging:
             return converge(
                 inventory, sources, scratch=Path(scratch), limit=run.limit, forks=run.forks,
                 verbosity=run.verbosity, observer=observer, full=self.full, diff=run.diff,
-                options=run.options,
+                options=run.options, validated=run.validated,
             )  # fmt: skip
 
 

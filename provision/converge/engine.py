@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.converge.record import Keys, fingerprint, keys_of_result, reads_outside, serving_closure
-from provision.inventory.validate import Resolved
+from provision.inventory.validate import VALIDATED_VARS, Resolved
 from provision.runner.events import Observer, Outcome, TaskEvent, on_tasks
 from provision.runner.inprocess import run_in_process
 from provision.runner.options import AnsibleOptions
@@ -95,6 +95,7 @@ def converge(
     full: bool = False,
     diff: bool = False,
     options: AnsibleOptions | None = None,
+    validated: bool = False,
     run: Callable[..., RunResult] = run_playbook,
     in_process: Callable[..., RunResult] = run_in_process,
 ) -> RunResult:
@@ -103,7 +104,8 @@ def converge(
     ``inventory`` is the resolved view of ``inventory_path`` (:func:`provision.inventory.validate.resolve`):
     the fingerprints are taken of its hosts' variables, the serving groups are its own. converged.yml and
     record.yml (one command per node) go through ``in_process`` (:mod:`provision.runner.inprocess`: in this
-    process where it can), site.yml through ``run``."""
+    process where it can), site.yml through ``run``, told the inputs were checked when ``validated``
+    (:attr:`provision.cli._playbook.PlaybookRun.validated`)."""
     hosts = inventory.hosts
     prints = {host: fingerprint(view.variables, playbook=SITE) for host, view in hosts.items()}
     outside = {host: name for host, view in hosts.items() if (name := reads_outside(view.variables))}
@@ -112,8 +114,10 @@ def converge(
     watch = _Watch()
     watched = on_tasks(watch, then=observer)
     recording = partial(in_process, loaded=inventory.inventory)
+    site_vars = [VALIDATED_VARS] if validated else []
     if full:
-        site = run(SITE, inventory_path, verb="apply", limit=limit, diff=diff, observer=watched, **common)
+        site = run(SITE, inventory_path, verb="apply", limit=limit, diff=diff, extra_vars=site_vars,
+                   observer=watched, **common)  # fmt: skip
         return _record(
             site, set(site.hosts), watch, inventory_path, fingerprints, scratch, common, observer, recording
         )
@@ -152,8 +156,8 @@ def converge(
         return verify
 
     watch.keys.clear()
-    site = run(SITE, inventory_path, verb="apply", limit=",".join(sorted(rest)), diff=diff, observer=watched,
-               **common)  # fmt: skip
+    site = run(SITE, inventory_path, verb="apply", limit=",".join(sorted(rest)), diff=diff,
+               extra_vars=site_vars, observer=watched, **common)  # fmt: skip
     site.verified, site.drift = verified, drift
     kept = set(verified) | lost
     site.hosts = {**{h: s for h, s in verify.hosts.items() if h in kept}, **site.hosts}

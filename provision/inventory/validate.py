@@ -112,6 +112,24 @@ def check(path: str | Path | Sequence[str | Path], vault: Vault | None = None) -
     return inventory
 
 
+# What a run's playbooks are told when :func:`check` judged every variable they read
+# (:func:`checked_in_full`): the roles' argument checks and preflight's inventory check, made on every node
+# under plain ansible-playbook, are not made again there (docs/ansible.md, "Checked once").
+VALIDATED_VARS = '{"provision_validated": true}'
+
+
+def checked_in_full(inventory: Inventory) -> bool:
+    """Whether :func:`validate` judged every value of a variable provision knows as the roles will read it:
+    none holds a template (Ansible renders those at run time; only the roles' own checks see the result)."""
+    _, known = _known_variables()
+    return not any(
+        rules.templates_in(value, (name,))
+        for variables in inventory.hosts.values()
+        for name, value in variables.items()
+        if name in known
+    )
+
+
 def validate(inventory: Inventory) -> list[Issue]:
     report = _Report()
     scopes = _written_for(inventory.manager)

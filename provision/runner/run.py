@@ -346,6 +346,9 @@ def _run_playbook(
         # No env/ copies of what the run is given: its command line names files, never secrets, and it is
         # kept anyway (artifacts/<ident>/command).
         "suppress_env_files": True,
+        # ansible.cfg's fact_caching (memory: facts live for the run), not runner's default of a JSON file
+        # per host in the run directory, rewritten at every fact a task sets.
+        "fact_cache_type": "memory",
     }
     if limit:
         kwargs["limit"] = limit

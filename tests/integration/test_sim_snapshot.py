@@ -65,6 +65,14 @@ def test_nodes_stamped_from_a_snapshot_are_converged_each_with_its_own_identity(
     assert first.changed() == dict.fromkeys(names, 0), first.explain()
     assert first.summary["drift"] == {n: ["no record of a converged apply on this node"] for n in names}
     assert first.summary["recorded"] == names
+    # validate judged every variable (no template, no -e): the roles did not check their arguments again
+    actions = {
+        event["event_data"].get("task_action")
+        for path in Path(first.summary["run_dir"]).glob("artifacts/*/job_events/*.json")
+        if (event := json.loads(path.read_text())).get("event") == "runner_on_ok"
+    }
+    assert "provision.ascend.ascend_state" in actions
+    assert "ansible.builtin.validate_argument_spec" not in actions
 
     again = provision("apply", fleet.inventory_path)
     assert again.rc == 0, again.explain()

@@ -20,6 +20,7 @@ from provision.cli import bootstrap as bootstrap_cli
 from provision.cli import serve as serve_cli
 from provision.errors import InputError
 from provision.inventory.load import load_inventory
+from provision.inventory.validate import VALIDATED_VARS
 from provision.runner.run import RunResult
 from provision.serving.health import State, Verdict
 from tests import helpers
@@ -637,3 +638,43 @@ def test_engine_accepts_the_addresses_docker_takes(monkeypatch: pytest.MonkeyPat
         assert _inputs.engine(address) == address
     with pytest.raises(InputError, match="Port out of range"):
         _inputs.engine("tcp://h:70000")
+
+
+# ------------------------------------------------------------------------------------------ checked once
+
+
+def _plain_inventory(tmp_path: Path, extra: str = "") -> Path:
+    """Two nodes whose every variable is plain data (the example's API key is a lookup: a template)."""
+    folder = tmp_path / "plain"
+    (folder / "group_vars").mkdir(parents=True)
+    (folder / "inventory.ini").write_text(
+        "[npu_nodes]\nnode1 ansible_host=192.0.2.1\nnode2 ansible_host=192.0.2.2\n"
+    )
+    (folder / "group_vars" / "npu_nodes.yml").write_text(
+        "ascend_npu_count: 8\nvllm_serve_api_key: k3y\n" + extra
+    )
+    return folder / "inventory.ini"
+
+
+def test_the_playbooks_are_told_the_checks_were_made_only_when_they_were(
+    tmp_path: Path,
+    runs: list[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """provision_validated reaches a run only when validate judged every variable it reads: plain values
+    and no -e (the roles' argument checks and preflight's inventory check are then not made on the nodes)."""
+    plain = _plain_inventory(tmp_path)
+    assert run_cli(["plan", str(plain)], monkeypatch, capsys)[0] == 0
+    assert run_cli(["apply", str(plain)], monkeypatch, capsys)[0] == 0
+    assert run_cli(["plan", str(plain), "-e", "a=1"], monkeypatch, capsys)[0] == 0
+    templated = _plain_inventory(tmp_path / "t", 'vllm_serve_poll_s: "{{ 1 + 1 }}"\n')
+    assert run_cli(["plan", str(templated)], monkeypatch, capsys)[0] == 0
+    assert run_cli(["apply", str(templated)], monkeypatch, capsys)[0] == 0
+    assert [(r["via"], r.get("extra_vars"), r.get("validated")) for r in runs] == [
+        ("run_playbook", [VALIDATED_VARS], None),
+        ("converge", None, True),
+        ("run_playbook", ["a=1"], None),
+        ("run_playbook", [], None),
+        ("converge", None, False),
+    ]

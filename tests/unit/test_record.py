@@ -37,7 +37,7 @@ from provision.converge.record import (
     write_command,
 )
 from provision.inventory.load import Inventory
-from provision.inventory.validate import resolve
+from provision.inventory.validate import VALIDATED_VARS, resolve
 from provision.runner.run import HostStats, RunResult, ServedEndpoint
 from tests.helpers import load_module
 
@@ -451,3 +451,18 @@ def test_the_comparison_reports_the_stack_it_is_given(
 
     drifted = compare_with_action(monkeypatch, record, execute, stack=older, fingerprint="fp-2")
     assert drifted["converged"] is False and "stack" not in drifted and "provision_info" not in drifted
+
+
+def test_only_site_yml_is_told_the_inputs_were_checked(tmp_path: Path) -> None:
+    """provision_validated (the roles' own argument checks are not made again) reaches site.yml, which runs
+    the roles, and only when the CLI says every input was checked."""
+    drifted = {"converged": False, "drift": ["not converged"]}
+    for validated, site_vars in ((True, [VALIDATED_VARS]), (False, [])):
+        fake = FakeRuns({"node1": drifted})
+        apply_with(fake, inventory_of("node1"), tmp_path, validated=validated)
+        assert [(c[0], c[2]) for c in fake.calls if c[0] == "site"] == [("site", site_vars)]
+        assert all(VALIDATED_VARS not in c[2] for c in fake.calls if c[0] != "site")
+        fake = FakeRuns({"node1": drifted})
+        apply_with(fake, inventory_of("node1"), tmp_path, validated=validated, full=True)
+        assert [c[0] for c in fake.calls] == ["site", "record"] and fake.calls[0][2] == site_vars
+        assert VALIDATED_VARS not in fake.calls[1][2]
