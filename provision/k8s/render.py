@@ -63,6 +63,9 @@ ENDPOINT_GRACE_S = 5
 """Seconds the preStop drain waits before it looks: Kubernetes takes a terminating pod out of the Service's
 endpoints while preStop runs, not before, and each node's kube-proxy drops it a moment later; a request
 routed to the pod in that moment must still find the engine up."""
+QUIET_S = 5
+"""Seconds without a request the preStop drain waits for: an empty queue is not enough, as clients that keep
+their HTTP connections alive go on sending over connections opened before the pod left the endpoints."""
 
 API_KEY_SECRET = "provision-vllm-api-key"
 API_KEY_FIELD = "api-key"
@@ -280,24 +283,32 @@ def readiness_script(port: int, model: str) -> str:
     )
 
 
-def drain_script(port: int, timeout_s: float, grace_s: float = ENDPOINT_GRACE_S) -> str:
-    """preStop: after ``grace_s`` (the endpoints reach every kube-proxy), wait until the engine has no
-    request running or waiting, at most the drain timeout; then the kubelet sends SIGTERM."""
+def drain_script(
+    port: int, timeout_s: float, grace_s: float = ENDPOINT_GRACE_S, quiet_s: float = QUIET_S
+) -> str:
+    """preStop: after ``grace_s`` (the endpoints reach every kube-proxy), wait until the engine has had no
+    request for ``quiet_s``: none running or waiting at each look (once a second) and none finished between
+    two looks; at most the drain timeout. Then the kubelet sends SIGTERM, which ends vLLM's open streams."""
     return (
         "import re,time,urllib.request as r\n"
         f"time.sleep({grace_s:g})\n"
         f"end=time.time()+{timeout_s:g}\n"
+        "quiet=None\n"
+        "done=None\n"
         "while time.time()<end:\n"
         "    try:\n"
         f"        t=r.urlopen('http://127.0.0.1:{port}/metrics',timeout=4).read().decode()\n"
         "    except Exception:\n"
         "        break\n"
-        r"    n=sum(float(v) for v in re.findall("
-        r"r'^vllm:num_requests_(?:running|waiting)\{[^}]*\} (\S+)',t,re.M))"
+        r"    v=lambda p:sum(float(x) for x in re.findall(p+r'\{[^}]*\} (\S+)',t,re.M))"
         "\n"
-        "    if n==0:\n"
+        "    busy=v(r'^vllm:num_requests_(?:running|waiting)')\n"
+        "    now,seen=time.time(),v(r'^vllm:request_success_total')\n"
+        "    quiet=(quiet or now) if busy==0 and seen==done else None\n"
+        "    done=seen\n"
+        f"    if quiet is not None and now-quiet>={quiet_s:g}:\n"
         "        break\n"
-        "    time.sleep(2)\n"
+        "    time.sleep(1)\n"
     )
 
 

@@ -211,16 +211,22 @@ def test_drain_and_grace_period_come_from_the_drain_timeout() -> None:
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
-    """An engine's /metrics: requests running and waiting, drained one per scrape."""
+    """An engine's /metrics: requests running and waiting, drained one per scrape, and the requests finished
+    so far (``arriving``: one more finished at every scrape, as when kept-alive connections keep sending)."""
 
     left: ClassVar[list[float]] = [2.0]
+    finished: ClassVar[list[float]] = [0.0]
+    arriving: ClassVar[list[bool]] = [False]
 
     def do_GET(self) -> None:
         body = (
             f'vllm:num_requests_running{{model_name="m"}} {self.left[0]}\n'
             'vllm:num_requests_waiting{model_name="m"} 0.0\n'
+            f'vllm:request_success_total{{finished_reason="length",model_name="m"}} {self.finished[0]}\n'
+            'vllm:request_success_total{finished_reason="stop",model_name="m"} 3.0\n'
         ).encode()
         self.left[0] = max(self.left[0] - 1, 0)
+        self.finished[0] += 1 if self.arriving[0] else 0
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -230,28 +236,34 @@ class _Engine(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_drain_waits_out_the_endpoints_grace_then_until_the_engine_is_idle() -> None:
+def _drained(port: int, timeout_s: float, grace_s: float, *, left: float, arriving: bool = False) -> float:
+    _Engine.left, _Engine.arriving = [left], [arriving]
+    began = time.monotonic()
+    script = drain_script(port, timeout_s, grace_s=grace_s, quiet_s=1)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=30)
+    return time.monotonic() - began
+
+
+def test_drain_waits_out_the_endpoints_grace_then_until_no_request_comes() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     try:
-        _Engine.left = [0.0]
-        began = time.monotonic()
-        subprocess.run([sys.executable, "-c", drain_script(port, 30, grace_s=0.5)], check=True, timeout=30)
-        idle = time.monotonic() - began
-        _Engine.left = [2.0]  # 2 running: 2 s between looks, idle on the third
-        began = time.monotonic()
-        subprocess.run([sys.executable, "-c", drain_script(port, 30, grace_s=0.5)], check=True, timeout=30)
-        busy = time.monotonic() - began
-        _Engine.left = [9.0]  # never idle within the timeout: the timeout ends it
-        began = time.monotonic()
-        subprocess.run([sys.executable, "-c", drain_script(port, 1, grace_s=0)], check=True, timeout=30)
-        capped = time.monotonic() - began
+        # idle: the grace, then a look that starts the quiet second and the look that ends it
+        idle = _drained(port, 30, 0.5, left=0.0)
+        # 2 running, one fewer at each look (a second apart): idle from the third look, quiet a second later
+        busy = _drained(port, 30, 0.5, left=2.0)
+        # the queue is empty at every look, but a request finished between each two: not quiet, so the drain
+        # waits until the requests stop or, here, its timeout
+        arriving = _drained(port, 4, 0, left=0.0, arriving=True)
+        # never idle within the timeout: the timeout ends it
+        capped = _drained(port, 1, 0, left=9.0)
     finally:
         server.shutdown()
-    assert 0.5 <= idle < 2.0, idle
-    assert 4.5 <= busy < 8.0, busy
-    assert 1.0 <= capped < 4.0, capped
+    assert 1.5 <= idle < 3.5, idle
+    assert 3.5 <= busy < 5.5, busy
+    assert 4.0 <= arriving < 6.0, arriving
+    assert 1.0 <= capped < 3.0, capped
 
 
 # ---------------------------------------------------------------------------------- devices, security
