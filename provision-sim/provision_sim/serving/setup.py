@@ -69,7 +69,7 @@ def smollm2_profile() -> dict[str, Any]:
     """The smollm2-cpu profile (``smollm2-cpu.yml`` beside this file), its model in the engine cache and
     vLLM's cache the one :func:`~provision_sim.serving.vllm_cpu.prepare` filled (read-only on the nodes)."""
     raw: dict[str, Any] = yaml.safe_load((Path(__file__).with_name(f"{PROFILE}.yml")).read_text())
-    env = {**raw.get("env", {}), "VLLM_CACHE_ROOT": str(engine.vllm_cache_root())}
+    env = {**raw.get("env", {}), **engine.cache_env()}
     return {**raw, "model": str(engine.model_dir()), "env": env}
 
 

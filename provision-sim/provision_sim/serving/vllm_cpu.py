@@ -108,6 +108,11 @@ def vllm_cache_root() -> Path:
     return cache_dir() / "vllm"
 
 
+def cache_env() -> dict[str, str]:
+    """What points an engine at :func:`vllm_cache_root` (the host's engines and the rig's profile alike)."""
+    return {"VLLM_CACHE_ROOT": str(vllm_cache_root())}
+
+
 def _model_info_cached() -> bool:
     return any((vllm_cache_root() / "modelinfos").glob("*.json"))
 
@@ -165,16 +170,19 @@ def read_stamp() -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def is_prepared() -> bool:
-    """True when the cache holds a complete engine matching :data:`SPEC`."""
+def _engine_installed() -> bool:
     stamp = read_stamp()
     return (
         stamp is not None
         and stamp.get("spec") == dict(SPEC)
         and engine_python().exists()
         and (model_dir() / "config.json").exists()
-        and _model_info_cached()
     )
+
+
+def is_prepared() -> bool:
+    """True when the cache holds a complete engine matching :data:`SPEC`, vLLM's model info included."""
+    return _engine_installed() and _model_info_cached()
 
 
 def prepare(*, progress: Progress | None = None, force: bool = False) -> PrepareReport:
@@ -195,17 +203,11 @@ def prepare(*, progress: Progress | None = None, force: bool = False) -> Prepare
     with _locked(root / ".lock"):
         if not force and is_prepared():  # another process finished it while we waited
             return _report_from_stamp(started)
-        # An engine prepared before the model-info cache existed only needs that step.
-        installed = read_stamp()
-        if not (engine_python().exists() and (model_dir() / "config.json").exists()):
-            installed = None
-        if installed is not None and installed.get("spec") != dict(SPEC):
-            installed = None
-        if force or installed is None:
+        if force or not _engine_installed():
             stamp_path().unlink(missing_ok=True)
             steps = _install(say)
-        else:
-            steps = _cache_model_info(say, dict(installed.get("steps") or {}))
+        else:  # an engine prepared before the model-info cache existed only needs that step
+            steps = _cache_model_info(say, dict((read_stamp() or {}).get("steps") or {}))
         total = time.monotonic() - started
         venv_bytes, model_bytes = _du(engine_venv()), _du(model_dir())
         stamp = {
@@ -335,7 +337,7 @@ sys.exit(0 if ModelRegistry._try_inspect_model_cls(arch) is not None else 3)
 def _cache_model_info(say: Progress, steps: dict[str, float]) -> dict[str, float]:
     say(f"caching vLLM's model info in {vllm_cache_root()}")
     began = time.monotonic()
-    env = {**_OFFLINE_ENV, "VLLM_CACHE_ROOT": str(vllm_cache_root())}
+    env = {**_OFFLINE_ENV, **cache_env()}
     _run([str(engine_python()), "-c", _MODEL_INFO_SCRIPT, str(model_dir())], "cache the model info", env=env)
     if not _model_info_cached():
         raise EngineError(f"vLLM wrote no model info under {vllm_cache_root() / 'modelinfos'}")
@@ -504,8 +506,7 @@ def engine_argv(
 
 def engine_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment the engine runs with: offline, 1 GiB of CPU KV cache, the prepared vLLM cache."""
-    prepared = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(vllm_cache_root())}
-    return {**os.environ, **_OFFLINE_ENV, **prepared, **(extra or {})}
+    return {**os.environ, **_OFFLINE_ENV, "VLLM_CPU_KVCACHE_SPACE": "1", **cache_env(), **(extra or {})}
 
 
 @dataclass

@@ -118,6 +118,8 @@ def test_plan_then_apply_serves_both_nodes_then_changes_nothing(served: Served) 
         assert API_KEY not in processes and API_KEY not in "\n".join(args), "the key stays off command lines"
         # the profile's VLLM_CACHE_ROOT is the rig's prepared cache: vLLM found the model's class there (a
         # miss runs one more vLLM import and, the folder being read-only here, logs this error)
+        container_env = inspect(served, node)["Config"]["Env"]
+        assert f"VLLM_CACHE_ROOT={engine.vllm_cache_root()}" in container_env, container_env
         log = served.sh(node, "journalctl", "-u", UNIT, "--no-pager", "-o", "cat")
         assert "Application startup complete" in log, log[-3000:]
         assert "Error saving model info cache" not in log, log[-3000:]
